@@ -1,0 +1,870 @@
+"""Slurm accounting (sacct) → parsed, pseudonymised job rows plus a quarantine.
+
+Inputs: live ``sacct`` (UTC, ``-a -D -P --noheader --format=SACCT_FIELDS``, day-sized chunks),
+a ``sacct -P``/``--parsable`` dump with or without a header, or ``sacct --json``.
+
+The parser works on newline-aligned byte blocks with pyarrow's multithreaded CSV reader (the
+delimiter as separator, no quoting), then parses every field with vectorised Arrow compute;
+fields with few distinct values (state, AllocTRES, time limit, identities) are parsed once per
+distinct value. A row that cannot be parsed is never dropped: it goes to the quarantine with a
+reason and its line number, so ``rows_read == parsed + quarantined`` always holds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import hmac
+import io
+import json
+import os
+import re
+import subprocess
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+
+from tasks.errors import AccountingError, SecretError
+
+# The --format ckpt-poc asks sacct for, and the column order of a header-less dump.
+SACCT_FIELDS = (
+    "JobID",
+    "JobIDRaw",
+    "Cluster",
+    "Partition",
+    "User",
+    "Account",
+    "JobName",
+    "State",
+    "ExitCode",
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "ElapsedRaw",
+    "Timelimit",
+    "NNodes",
+    "NCPUS",
+    "AllocTRES",
+    "NodeList",
+)
+# Normalised Slurm job states (``CANCELLED by N`` becomes CANCELLED).
+SLURM_STATES = (
+    "BOOT_FAIL",
+    "CANCELLED",
+    "COMPLETED",
+    "DEADLINE",
+    "FAILED",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PENDING",
+    "PREEMPTED",
+    "RUNNING",
+    "REQUEUED",
+    "RESIZING",
+    "REVOKED",
+    "SUSPENDED",
+    "TIMEOUT",
+)
+REQUIRED_FIELDS = (
+    "JobID",
+    "User",
+    "Account",
+    "JobName",
+    "State",
+    "Submit",
+    "Start",
+    "End",
+    "AllocTRES",
+)
+
+BLOCK_BYTES = 32 << 20
+KEY_ENV = "CKPT_POC_PSEUDONYM_KEY"
+
+# One JobID grammar for allocations, steps, array tasks (and pending ranges) and het jobs.
+JOB_ID_RE = (
+    r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?"
+    r"(?:\.(?P<step>[A-Za-z0-9_-]+))?$"
+)
+_DURATION_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
+_MEM_UNITS = {"": 1 << 20, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+
+
+@dataclass
+class Quarantined:
+    source_line: int
+    reason: str
+    raw: str
+
+
+@dataclass
+class ParsedBlock:
+    jobs: pa.Table  # canonical columns (see JOB_COLUMNS), no run stamp yet
+    quarantine: list[Quarantined] = field(default_factory=list)
+    rows_read: int = 0
+
+
+# The columns the parser produces; the jobs dataset adds the run stamp and fingerprint.
+JOB_COLUMNS = (
+    "cluster",
+    "job_id",
+    "job_id_raw",
+    "array_job_id",
+    "array_task_id",
+    "het_job_id",
+    "het_offset",
+    "step",
+    "is_allocation",
+    "partition",
+    "user",
+    "account",
+    "job_name",
+    "state",
+    "state_raw",
+    "exit_code",
+    "exit_signal",
+    "submit",
+    "start",
+    "end",
+    "elapsed_s",
+    "timelimit_s",
+    "timelimit_raw",
+    "nnodes",
+    "ncpus",
+    "gpus",
+    "mem_bytes",
+    "node_list",
+    "source_line",
+)
+
+
+# --- pseudonymisation ------------------------------------------------------------------------
+
+
+class Pseudonymiser:
+    """Keyed HMAC-SHA256 of identities; the key never leaves this object (no repr, no log)."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 16:
+            raise SecretError("the pseudonymisation key must be at least 16 bytes")
+        self._key = key
+
+    def __repr__(self) -> str:
+        return "Pseudonymiser(<key hidden>)"
+
+    def token(self, prefix: str, value: bytes) -> str:
+        digest = hmac.new(self._key, prefix.encode() + b"\0" + value, hashlib.sha256)
+        return f"{prefix}-{digest.hexdigest()[:16]}"
+
+    def column(self, prefix: str, values: pa.Array) -> pa.Array:
+        """Pseudonymise a binary column, hashing each distinct value once."""
+        return _map_distinct(values, lambda v: self.token(prefix, v or b""), pa.string())
+
+
+def load_pseudonym_key(secret_block: str | None = None) -> tuple[bytes, str]:
+    """The HMAC key from the environment, else from a Prefect Secret; (key, where it came from)."""
+    value = os.environ.get(KEY_ENV)
+    if value:
+        return value.encode(), f"environment variable {KEY_ENV}"
+    if secret_block:
+        try:
+            from prefect.blocks.system import Secret
+
+            secret = Secret.load(secret_block).get()
+        except Exception as exc:  # the block is absent or the API is unreachable
+            raise SecretError(
+                f"cannot load Prefect Secret block {secret_block!r} for the pseudonymisation "
+                f"key ({type(exc).__name__}); set {KEY_ENV} instead"
+            ) from None
+        return str(secret).encode(), f"Prefect Secret {secret_block!r}"
+    raise SecretError(
+        f"no pseudonymisation key: set {KEY_ENV} or name a Prefect Secret block in "
+        "baseline.pseudonym_key_secret"
+    )
+
+
+# --- vectorised helpers ----------------------------------------------------------------------
+
+
+def _map_distinct(values: pa.Array, fn: Callable[[Any], Any], out_type: pa.DataType) -> pa.Array:
+    """Apply ``fn`` once per distinct value and spread the results back over the rows."""
+    encoded = pc.dictionary_encode(values)
+    mapped = pa.array([fn(v) for v in encoded.dictionary.to_pylist()], type=out_type)
+    return pc.take(mapped, encoded.indices)
+
+
+def _map_distinct_struct(
+    values: pa.Array, fn: Callable[[Any], dict[str, Any]], out_type: pa.StructType
+) -> pa.StructArray:
+    return _map_distinct(values, fn, out_type)
+
+
+def parse_duration_s(text: str | None) -> int | None:
+    """``[D-]HH:MM:SS``, ``MM:SS`` (with optional fraction) → seconds; None when not one."""
+    if not text:
+        return None
+    m = _DURATION_RE.match(text)
+    if not m:
+        return None
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    if m.group(2) is None:  # MM:SS
+        hours, minutes, seconds = 0, int(m.group(3)), int(m.group(4))
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+_TIMELIMIT_TYPE = pa.struct([("s", pa.int64()), ("bad", pa.bool_())])
+
+
+def _parse_timelimit(raw: bytes | None) -> dict[str, Any]:
+    text = (raw or b"").decode()
+    if text in ("", "UNLIMITED", "Partition_Limit", "INVALID", "NONE"):
+        return {"s": None, "bad": False}
+    if text.isdigit():  # minutes, as sacct --json and some dumps give it
+        return {"s": int(text) * 60, "bad": False}
+    seconds = parse_duration_s(text)
+    return {"s": seconds, "bad": seconds is None}
+
+
+_TRES_TYPE = pa.struct(
+    [
+        ("gpus", pa.int64()),
+        ("nodes", pa.int64()),
+        ("cpus", pa.int64()),
+        ("mem", pa.int64()),
+        ("bad", pa.bool_()),
+    ]
+)
+
+
+def parse_tres(raw: bytes | str | None) -> dict[str, Any]:
+    """AllocTRES → gpus, nodes, cpus, mem bytes.
+
+    GPUs: the untyped ``gres/gpu=N`` when present, else the sum of typed ``gres/gpu:T=N``
+    (Slurm lists both together; adding all of them double-counts).
+    """
+    text = raw.decode() if isinstance(raw, bytes) else (raw or "")
+    out: dict[str, Any] = {"gpus": 0, "nodes": None, "cpus": None, "mem": None, "bad": False}
+    if not text:
+        return out
+    untyped, typed = None, 0
+    for item in text.split(","):
+        name, sep, value = item.partition("=")
+        if not sep:
+            out["bad"] = True
+            continue
+        if name == "mem":
+            m = re.match(r"^(\d+(?:\.\d+)?)([KMGTP]?)[nc]?$", value)
+            if m:
+                out["mem"] = int(float(m.group(1)) * _MEM_UNITS[m.group(2)])
+            else:
+                out["bad"] = True
+            continue
+        if not value.isdigit():
+            out["bad"] = True
+            continue
+        count = int(value)
+        if name == "gres/gpu":
+            untyped = count
+        elif name.startswith("gres/gpu:"):
+            typed += count
+        elif name == "node":
+            out["nodes"] = count
+        elif name == "cpu":
+            out["cpus"] = count
+    out["gpus"] = untyped if untyped is not None else typed
+    return out
+
+
+_STATE_TYPE = pa.struct([("state", pa.string()), ("bad", pa.bool_())])
+
+
+def _parse_state(raw: bytes | None, known: frozenset[str]) -> dict[str, Any]:
+    text = (raw or b"").decode().strip()
+    state = text.split(" ", 1)[0].rstrip("+")  # "CANCELLED by 1234", "CANCELLED+"
+    return {"state": state, "bad": state not in known}
+
+
+_EXIT_TYPE = pa.struct([("code", pa.int64()), ("signal", pa.int64()), ("bad", pa.bool_())])
+
+
+def _parse_exit(raw: bytes | None) -> dict[str, Any]:
+    text = (raw or b"").decode()
+    if not text:
+        return {"code": None, "signal": None, "bad": False}
+    code, sep, signal = text.partition(":")
+    if code.isdigit() and (not sep or signal.isdigit()):
+        c, s = int(code), int(signal or 0)
+        return {"code": c, "signal": s, "bad": c > 255 or s > 255}
+    return {"code": None, "signal": None, "bad": True}
+
+
+_INT_TYPE = pa.struct([("v", pa.int64()), ("bad", pa.bool_())])
+
+
+def _parse_int(raw: bytes | None) -> dict[str, Any]:
+    text = (raw or b"").decode()
+    if not text:
+        return {"v": None, "bad": False}
+    return {"v": int(text), "bad": False} if text.isdigit() else {"v": None, "bad": True}
+
+
+# --- block parsing ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DumpLayout:
+    """How a dump's fields map onto ours: the header's column order (or our --format)."""
+
+    names: tuple[str, ...]  # canonical field name per input column ("" for unknown ones)
+    delimiter: bytes
+    trailing_delimiter: bool
+    has_header: bool
+
+    @property
+    def n_fields(self) -> int:
+        return len(self.names) + (1 if self.trailing_delimiter else 0)
+
+
+def detect_layout(first_line: bytes, source: str, delimiter: bytes | None = None) -> DumpLayout:
+    """Work out header, delimiter and trailing delimiter from the first non-empty line."""
+    line = first_line.rstrip(b"\r\n")
+    delim = delimiter or (b"^|^" if b"^|^" in line else b"|")
+    fields = line.split(delim)
+    trailing = len(fields) > 1 and fields[-1] == b""
+    if trailing:
+        fields = fields[:-1]
+    canonical = {f.lower(): f for f in SACCT_FIELDS}
+    try:
+        texts = [f.decode().strip() for f in fields]
+    except UnicodeDecodeError:
+        texts = []
+    is_header = bool(texts) and texts[0].lower() in ("jobid", "jobidraw")
+    if is_header:
+        names = tuple(canonical.get(t.lower(), "") for t in texts)
+        missing = [f for f in REQUIRED_FIELDS if f not in names]
+        if "ElapsedRaw" not in names and "Elapsed" not in names:
+            missing.append("ElapsedRaw or Elapsed")
+        if missing:
+            raise AccountingError(
+                f"{source}:1: the header lacks required sacct field(s) {', '.join(missing)}; "
+                f"dump with --format={','.join(SACCT_FIELDS)}"
+            )
+        return DumpLayout(names, delim, trailing, True)
+    if len(fields) != len(SACCT_FIELDS):
+        raise AccountingError(
+            f"{source}:1: no header line, and the first row has {len(fields)} fields; a "
+            f"header-less dump must use --format={','.join(SACCT_FIELDS)} "
+            f"({len(SACCT_FIELDS)} fields)"
+        )
+    return DumpLayout(SACCT_FIELDS, delim, trailing, False)
+
+
+def _column_names(layout: DumpLayout) -> list[str]:
+    names = [n or f"_unknown{i}" for i, n in enumerate(layout.names)]
+    return [*names, "_trailing"] if layout.trailing_delimiter else names
+
+
+def _classify_lines(
+    block: bytes, layout: DumpLayout, first_line: int
+) -> tuple[list[int], list[Quarantined]]:
+    """Slow path for a block with empty or malformed lines: exact line numbers for each row."""
+    good: list[int] = []
+    bad: list[Quarantined] = []
+    delim = layout.delimiter
+    for i, line in enumerate(block.split(b"\n")):
+        line = line.rstrip(b"\r")
+        if not line:
+            continue
+        n = line.count(delim) + 1
+        if n == layout.n_fields:
+            good.append(first_line + i)
+        else:
+            bad.append(
+                Quarantined(
+                    first_line + i,
+                    f"{n} fields, expected {layout.n_fields}",
+                    line.decode("utf-8", "replace"),
+                )
+            )
+    return good, bad
+
+
+def parse_block(
+    block: bytes,
+    layout: DumpLayout,
+    first_line: int,
+    pseudonymiser: Pseudonymiser,
+    *,
+    pseudonymise_job_names: bool = False,
+    default_cluster: str = "unknown",
+) -> ParsedBlock:
+    """Parse one newline-aligned block whose first line is ``first_line`` (1-based)."""
+    data = block
+    if len(layout.delimiter) > 1:  # pyarrow's reader takes one byte: swap in a unit separator
+        data = data.replace(layout.delimiter, b"\x1f")
+    sep = "\x1f" if len(layout.delimiter) > 1 else layout.delimiter.decode()
+    names = _column_names(layout)
+    invalid: list[str] = []
+
+    def on_invalid(row: Any) -> str:
+        invalid.append(row.text)
+        return "skip"
+
+    table = pcsv.read_csv(
+        io.BytesIO(data),
+        read_options=pcsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES + (1 << 20)),
+        parse_options=pcsv.ParseOptions(
+            delimiter=sep, quote_char=False, escape_char=False, invalid_row_handler=on_invalid
+        ),
+        convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.binary())),
+    )
+    n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+    if invalid or table.num_rows != n_lines:
+        good_lines, quarantine = _classify_lines(block, layout, first_line)
+    else:
+        good_lines, quarantine = list(range(first_line, first_line + n_lines)), []
+    if len(good_lines) != table.num_rows:  # cannot happen unless the two readers disagree
+        raise AccountingError(
+            f"internal: line classification found {len(good_lines)} rows, reader {table.num_rows}"
+        )
+    rows_read = table.num_rows + len(quarantine)
+    jobs, more = _parse_fields(
+        table,
+        pa.array(good_lines, pa.int64()),
+        layout,
+        pseudonymiser,
+        pseudonymise_job_names,
+        default_cluster,
+    )
+    quarantine.extend(more)
+    return ParsedBlock(jobs=jobs, quarantine=quarantine, rows_read=rows_read)
+
+
+def _utf8(col: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Cast binary → string; rows with invalid UTF-8 become null, flagged in the mask."""
+    try:
+        return pc.cast(col, pa.string()), pa.array([False] * len(col))
+    except pa.ArrowInvalid:
+        flags, texts = [], []
+        for value in col.to_pylist():
+            try:
+                texts.append(None if value is None else value.decode())
+                flags.append(False)
+            except UnicodeDecodeError:
+                texts.append(None)
+                flags.append(True)
+        return pa.array(texts, pa.string()), pa.array(flags)
+
+
+def _parse_fields(
+    table: pa.Table,
+    lines: pa.Array,
+    layout: DumpLayout,
+    pseudonymiser: Pseudonymiser,
+    pseudonymise_job_names: bool,
+    default_cluster: str,
+) -> tuple[pa.Table, list[Quarantined]]:
+    n = table.num_rows
+    empty = pa.nulls(n, pa.binary())
+
+    def raw(name: str) -> pa.Array:
+        if name in table.column_names:
+            return table.column(name).combine_chunks()
+        return empty
+
+    reason = pa.nulls(n, pa.string())
+
+    def flag(bad: pa.Array, why: str) -> None:
+        nonlocal reason
+        bad = pc.fill_null(bad, False)
+        reason = pc.if_else(pc.and_(pc.is_null(reason), bad), why, reason)
+
+    # Identity: JobID grammar.
+    job_id, bad_utf8 = _utf8(raw("JobID"))
+    flag(bad_utf8, "JobID is not valid UTF-8")
+    parts = pc.extract_regex(pc.fill_null(job_id, ""), JOB_ID_RE)
+    flag(pc.is_null(parts), "JobID does not match 123, 123_4, 123+0 or 123.step")
+    parts = pc.fill_null(
+        parts, pa.scalar({"base": "", "task": "", "het": "", "step": ""}, parts.type)
+    )
+    base = pc.struct_field(parts, "base")
+    task = pc.struct_field(parts, "task")
+    het = pc.struct_field(parts, "het")
+    step = pc.struct_field(parts, "step")
+
+    def blank_to_null(a: pa.Array) -> pa.Array:
+        return pc.if_else(pc.equal(a, ""), pa.scalar(None, a.type), a)
+
+    job_id_raw_col, _ = _utf8(raw("JobIDRaw"))
+    raw_base = pc.replace_substring_regex(pc.fill_null(job_id_raw_col, ""), r"\..*$", "")
+    job_id_raw = pc.if_else(pc.equal(raw_base, ""), base, raw_base)
+    step = blank_to_null(step)
+
+    # State.
+    known = frozenset(SLURM_STATES)
+    st = _map_distinct_struct(raw("State"), lambda v: _parse_state(v, known), _STATE_TYPE)
+    flag(pc.struct_field(st, "bad"), "unknown State")
+    state_raw, bad_utf8 = _utf8(raw("State"))
+    flag(bad_utf8, "State is not valid UTF-8")
+
+    ex = _map_distinct_struct(raw("ExitCode"), _parse_exit, _EXIT_TYPE)
+    flag(pc.struct_field(ex, "bad"), "ExitCode is not N:M with 0 ≤ N, M ≤ 255")
+
+    # Times: 'Unknown', 'None' and empty are legitimately absent; anything else must parse.
+    times = {}
+    for name in ("Submit", "Start", "End"):
+        text, bad_utf8 = _utf8(raw(name))
+        parsed = pc.strptime(text, "%Y-%m-%dT%H:%M:%S", "us", error_is_null=True)
+        absent = pc.is_in(pc.fill_null(text, ""), pa.array(["", "Unknown", "None"]))
+        flag(pc.and_(pc.is_null(parsed), pc.invert(absent)), f"{name} is not a timestamp")
+        times[name] = pc.cast(parsed, pa.timestamp("us", tz="UTC"))
+
+    # Elapsed: ElapsedRaw when given, else Elapsed ([D-]HH:MM:SS).
+    er_text, _ = _utf8(raw("ElapsedRaw"))
+    er_text = pc.fill_null(er_text, "")
+    er_ok = pc.match_substring_regex(er_text, r"^\d{1,12}$")
+    elapsed_raw = pc.cast(pc.if_else(er_ok, er_text, pa.scalar(None, pa.string())), pa.int64())
+    flag(pc.and_(pc.invert(er_ok), pc.not_equal(er_text, "")), "ElapsedRaw is not an integer")
+    el = _map_distinct(
+        raw("Elapsed"), lambda v: parse_duration_s((v or b"").decode() or None), pa.int64()
+    )
+    elapsed = pc.coalesce(elapsed_raw, el, 0)
+    el_text, _ = _utf8(raw("Elapsed"))
+    flag(
+        pc.and_(
+            pc.and_(pc.is_null(elapsed_raw), pc.is_null(el)),
+            pc.not_equal(pc.fill_null(el_text, ""), ""),
+        ),
+        "Elapsed is not [D-]HH:MM:SS",
+    )
+
+    tl = _map_distinct_struct(raw("Timelimit"), _parse_timelimit, _TIMELIMIT_TYPE)
+    flag(pc.struct_field(tl, "bad"), "Timelimit is not [D-]HH:MM:SS, UNLIMITED or Partition_Limit")
+    timelimit_raw, _ = _utf8(raw("Timelimit"))
+
+    tres = _map_distinct_struct(raw("AllocTRES"), parse_tres, _TRES_TYPE)
+    flag(pc.struct_field(tres, "bad"), "AllocTRES is not name=value[,name=value…]")
+
+    nn = _map_distinct_struct(raw("NNodes"), _parse_int, _INT_TYPE)
+    flag(pc.struct_field(nn, "bad"), "NNodes is not an integer")
+    nc = _map_distinct_struct(raw("NCPUS"), _parse_int, _INT_TYPE)
+    flag(pc.struct_field(nc, "bad"), "NCPUS is not an integer")
+
+    cluster, _ = _utf8(raw("Cluster"))
+    partition, _ = _utf8(raw("Partition"))
+    node_list, _ = _utf8(raw("NodeList"))
+    job_name_text, bad_utf8 = _utf8(raw("JobName"))
+    flag(pc.and_(bad_utf8, not pseudonymise_job_names), "JobName is not valid UTF-8")
+
+    jobs = pa.table(
+        {
+            "cluster": pc.fill_null(blank_to_null(pc.fill_null(cluster, "")), default_cluster),
+            "job_id": job_id,
+            "job_id_raw": job_id_raw,
+            "array_job_id": pc.if_else(pc.equal(task, ""), pa.scalar(None, pa.string()), base),
+            "array_task_id": blank_to_null(task),
+            "het_job_id": pc.if_else(pc.equal(het, ""), pa.scalar(None, pa.string()), base),
+            "het_offset": pc.cast(blank_to_null(het), pa.int64()),
+            "step": step,
+            "is_allocation": pc.is_null(step),
+            "partition": blank_to_null(pc.fill_null(partition, "")),
+            "user": pseudonymiser.column("user", raw("User")),
+            "account": pseudonymiser.column("account", raw("Account")),
+            "job_name": (
+                pseudonymiser.column("name", raw("JobName"))
+                if pseudonymise_job_names
+                else pc.fill_null(job_name_text, "")
+            ),
+            "state": pc.struct_field(st, "state"),
+            "state_raw": state_raw,
+            "exit_code": pc.struct_field(ex, "code"),
+            "exit_signal": pc.struct_field(ex, "signal"),
+            "submit": times["Submit"],
+            "start": times["Start"],
+            "end": times["End"],
+            "elapsed_s": elapsed,
+            "timelimit_s": pc.struct_field(tl, "s"),
+            "timelimit_raw": timelimit_raw,
+            "nnodes": pc.coalesce(pc.struct_field(nn, "v"), pc.struct_field(tres, "nodes"), 0),
+            "ncpus": pc.coalesce(pc.struct_field(nc, "v"), pc.struct_field(tres, "cpus"), 0),
+            "gpus": pc.struct_field(tres, "gpus"),
+            "mem_bytes": pc.struct_field(tres, "mem"),
+            "node_list": blank_to_null(pc.fill_null(node_list, "")),
+            "source_line": lines,
+        }
+    )
+    bad = pc.is_valid(reason)
+    if not pc.any(bad).as_py():
+        return jobs, []
+    quarantine = _quarantine_rows(table, lines, reason, bad, layout, pseudonymiser)
+    return jobs.filter(pc.invert(bad)), quarantine
+
+
+def _quarantine_rows(
+    table: pa.Table,
+    lines: pa.Array,
+    reason: pa.Array,
+    bad: pa.Array,
+    layout: DumpLayout,
+    pseudonymiser: Pseudonymiser,
+) -> list[Quarantined]:
+    """The rejected rows as read, but with user and account already pseudonymised."""
+    rows = table.filter(bad).to_pylist()
+    out = []
+    for row, line, why in zip(
+        rows, lines.filter(bad).to_pylist(), reason.filter(bad).to_pylist(), strict=True
+    ):
+        values = []
+        for name, value in row.items():
+            if name in ("User", "Account") and value is not None:
+                value = pseudonymiser.token(name.lower(), value).encode()
+            values.append(value or b"")
+        text = b"|".join(values).decode("utf-8", "replace")
+        out.append(Quarantined(line, why, text))
+    return out
+
+
+# --- reading whole inputs --------------------------------------------------------------------
+
+
+def iter_blocks(
+    stream: io.BufferedIOBase, block_bytes: int = BLOCK_BYTES
+) -> Iterator[tuple[bytes, int]]:
+    """Newline-aligned blocks and the 1-based line number each starts at."""
+    carry = b""
+    line = 1
+    while True:
+        chunk = stream.read(block_bytes)
+        if not chunk:
+            break
+        data = carry + chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            continue
+        block, carry = data[: cut + 1], data[cut + 1 :]
+        yield block, line
+        line += block.count(b"\n")
+    if carry:
+        yield carry, line
+
+
+def _first_content_line(stream: io.BufferedIOBase) -> tuple[bytes, int, int]:
+    """The first non-empty line, its 1-based line number and the byte offset it starts at."""
+    offset, number = 0, 0
+    while True:
+        line = stream.readline()
+        if not line:
+            return b"", number, offset
+        number += 1
+        if line.strip():
+            return line, number, offset
+        offset += len(line)
+
+
+def parse_sacct_stream(
+    stream: io.BufferedIOBase,
+    source: str,
+    pseudonymiser: Pseudonymiser,
+    *,
+    delimiter: bytes | None = None,
+    pseudonymise_job_names: bool = False,
+    block_bytes: int = BLOCK_BYTES,
+) -> Iterator[ParsedBlock]:
+    """Parse a whole ``sacct -P`` stream block by block (the stream must be seekable)."""
+    first, first_number, first_offset = _first_content_line(stream)
+    if not first:
+        return
+    layout = detect_layout(first, source, delimiter)
+    if layout.has_header:
+        stream.seek(first_offset + len(first))
+        start_line = first_number + 1
+    else:
+        stream.seek(first_offset)
+        start_line = first_number
+    for block, offset in iter_blocks(stream, block_bytes):
+        yield parse_block(
+            block,
+            layout,
+            start_line + offset - 1,
+            pseudonymiser,
+            pseudonymise_job_names=pseudonymise_job_names,
+        )
+
+
+# --- sacct --json ----------------------------------------------------------------------------
+
+
+def _fmt_time(epoch: Any) -> str:
+    if isinstance(epoch, dict):  # newer Slurm: {"set": true, "number": N}
+        epoch = epoch.get("number") if epoch.get("set", True) else None
+    if not epoch:
+        return "Unknown"
+    return dt.datetime.fromtimestamp(int(epoch), dt.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, dict):
+        return value.get("number") if value.get("set", True) else None
+    return value
+
+
+def _tres_text(entries: Sequence[dict[str, Any]]) -> str:
+    items = []
+    for e in entries or []:
+        name = e.get("type", "")
+        if e.get("name"):
+            name = f"{name}/{e['name']}"
+        if name == "mem":
+            items.append(f"mem={int(e.get('count', 0))}M")
+        else:
+            items.append(f"{name}={int(e.get('count', 0))}")
+    return ",".join(items)
+
+
+def sacct_json_to_psv(data: bytes, source: str) -> bytes:
+    """Turn ``sacct --json`` into a ``-P`` dump in our --format, with a header.
+
+    Exit codes in 22.05's JSON are unreliable (notes/slurm.md): prefer ``-P`` dumps for them.
+    """
+    try:
+        doc = json.loads(data)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise AccountingError(f"{source}: not valid sacct --json output: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("jobs"), list):
+        raise AccountingError(f"{source}: sacct --json output has no 'jobs' list")
+    out = ["|".join(SACCT_FIELDS)]
+    for i, job in enumerate(doc["jobs"]):
+        try:
+            out.extend(_json_job_rows(job))
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            out.append(f"UNPARSEABLE-JSON-JOB-{i}: {type(exc).__name__} {exc}".replace("|", "/"))
+    return ("\n".join(out) + "\n").encode()
+
+
+def _clean(value: Any) -> str:
+    return str(value if value is not None else "").replace("|", "/").replace("\n", " ")
+
+
+def _json_job_rows(job: dict[str, Any]) -> list[str]:
+    job_id = str(job["job_id"])
+    array = job.get("array") or {}
+    task = _number(array.get("task_id"))
+    array_job = _number(array.get("job_id"))
+    shown = f"{array_job}_{task}" if array_job and task is not None else job_id
+    het = job.get("het") or {}
+    if _number(het.get("job_id")) and _number(het.get("job_offset")) is not None:
+        shown = f"{_number(het['job_id'])}+{_number(het['job_offset'])}"
+    time = job.get("time") or {}
+    state = job.get("state") or {}
+    state_text = state.get("current") if isinstance(state, dict) else state
+    if isinstance(state_text, list):
+        state_text = state_text[0] if state_text else ""
+    exit_code = job.get("exit_code") or {}
+    rc = _number(exit_code.get("return_code")) or 0
+    sig = _number((exit_code.get("signal") or {}).get("signal_id")) or 0
+    limit = _number(time.get("limit"))
+    tres = (job.get("tres") or {}).get("allocated") or []
+    nnodes = job.get("allocation_nodes") or 0
+    fields = [
+        shown,
+        job_id,
+        job.get("cluster", ""),
+        job.get("partition", ""),
+        job.get("user", ""),
+        job.get("account", ""),
+        job.get("name", ""),
+        state_text or "",
+        f"{rc}:{sig}",
+        _fmt_time(time.get("submission")),
+        _fmt_time(time.get("start")),
+        _fmt_time(time.get("end")),
+        "",
+        str(int(_number(time.get("elapsed")) or 0)),
+        str(limit) if limit else "UNLIMITED",
+        str(nnodes),
+        "",
+        _tres_text(tres),
+        job.get("nodes", ""),
+    ]
+    return ["|".join(_clean(f) for f in fields)]
+
+
+# --- live sacct ------------------------------------------------------------------------------
+
+
+def sacct_argv(start: dt.datetime, end: dt.datetime, clusters: Sequence[str] = ()) -> list[str]:
+    argv = [
+        "sacct",
+        "-a",
+        "-D",
+        "-P",
+        "--noheader",
+        f"--format={','.join(SACCT_FIELDS)}",
+        "-S",
+        start.strftime("%Y-%m-%dT%H:%M:%S"),
+        "-E",
+        end.strftime("%Y-%m-%dT%H:%M:%S"),
+    ]
+    if clusters:
+        argv += ["-M", ",".join(clusters)]
+    return argv
+
+
+def day_chunks(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
+    chunks = []
+    t = start
+    while t < end:
+        nxt = min(t + dt.timedelta(days=1), end)
+        chunks.append((t, nxt))
+        t = nxt
+    return chunks
+
+
+def run_sacct_live(
+    start: dt.datetime, end: dt.datetime, clusters: Sequence[str] = (), timeout_s: float = 300
+) -> bytes:
+    """Live sacct over [start, end) in day-sized chunks, in UTC, as one header-less dump.
+
+    A job that spans chunks is reported by each; the exact duplicates are dropped later.
+    """
+    env = {**os.environ, "TZ": "UTC"}
+    out = []
+    for a, b in day_chunks(start, end):
+        argv = sacct_argv(a, b, clusters)
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, env=env, timeout=timeout_s, check=False
+            )
+        except FileNotFoundError as exc:
+            raise AccountingError("sacct is not on PATH: is this a Slurm client host?") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise AccountingError(f"sacct timed out after {timeout_s}s for {a}..{b}") from exc
+        if done.returncode != 0:
+            raise AccountingError(
+                f"sacct exited {done.returncode} for {a:%Y-%m-%d}: "
+                f"{done.stderr.decode(errors='replace').strip()[-500:]}"
+            )
+        out.append(done.stdout)
+    return b"".join(out)
+
+
+def open_source(path: str | Path) -> tuple[io.BufferedIOBase, str]:
+    """Open a dump; sacct --json is converted to a -P stream up front."""
+    p = Path(path)
+    try:
+        fh = open(p, "rb")  # noqa: SIM115 - handed to the caller
+    except OSError as exc:
+        raise AccountingError(f"{p}: cannot open accounting file: {exc.strerror}") from exc
+    head = fh.read(64).lstrip()
+    fh.seek(0)
+    if head.startswith(b"{"):
+        data = fh.read()
+        fh.close()
+        return io.BytesIO(sacct_json_to_psv(data, str(p))), "json"
+    return fh, "psv"

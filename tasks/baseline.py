@@ -1,0 +1,398 @@
+"""The baseline stage's domain logic: accounting in, validated datasets and exposure out.
+
+Two paths with the same results: in memory (one parquet file per dataset and run), and for
+histories larger than memory a streaming one that writes the jobs dataset block by block and
+aggregates with Dask out of core. ``run_baseline`` picks by input size unless told.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+
+from tasks import accounting as acct
+from tasks.datasets import (
+    EXPOSURE,
+    JOBS,
+    QUARANTINE,
+    write_dataset,
+)
+from tasks.errors import AccountingError
+from tasks.exposure import EXPOSED_STATES, Exposure, compute_exposure
+from tasks.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
+from tasks.plan import Plan
+from tasks.runctx import RunContext
+
+# Above this input size the Dask path is chosen (a 20 M-row history is about 4 GB).
+DASK_THRESHOLD_BYTES = int(os.environ.get("CKPT_POC_DASK_THRESHOLD_BYTES", 2 << 30))
+
+
+@dataclass
+class Ingested:
+    """Parsed accounting before it is stamped and written."""
+
+    jobs: pa.Table
+    quarantine: list[acct.Quarantined]
+    rows_read: int
+    source: str
+
+    @property
+    def rows_parsed(self) -> int:
+        return self.jobs.num_rows
+
+
+@dataclass
+class BaselineResult:
+    summary: dict[str, Any]
+    exposure: Exposure
+    source: str
+    path: str  # "memory" or "dask"
+    written: dict[str, list[Path]] = field(default_factory=dict)
+    key_origin: str = ""
+
+
+def ingest_stream(
+    stream: io.BufferedIOBase,
+    source: str,
+    pseudonymiser: acct.Pseudonymiser,
+    *,
+    delimiter: bytes | None = None,
+    pseudonymise_job_names: bool = False,
+) -> Ingested:
+    tables, quarantine, rows_read = [], [], 0
+    for block in acct.parse_sacct_stream(
+        stream,
+        source,
+        pseudonymiser,
+        delimiter=delimiter,
+        pseudonymise_job_names=pseudonymise_job_names,
+    ):
+        tables.append(block.jobs)
+        quarantine.extend(block.quarantine)
+        rows_read += block.rows_read
+    jobs = pa.concat_tables(tables) if tables else _empty_jobs()
+    return Ingested(jobs, quarantine, rows_read, source)
+
+
+def _empty_jobs() -> pa.Table:
+    schema = JOBS.arrow_schema
+    return pa.table({c: pa.array([], schema.field(c).type) for c in acct.JOB_COLUMNS})
+
+
+def stamp_jobs(jobs: pa.Table, ctx: RunContext) -> pa.Table:
+    """Add run identity and fingerprint columns to parsed job rows."""
+    for name, value in ctx.stamp().items():
+        jobs = jobs.append_column(
+            name, pa.repeat(pa.scalar(value, JOBS.column(name).type), jobs.num_rows)
+        )
+    return jobs
+
+
+def quarantine_frame(items: list[acct.Quarantined], source: str, ctx: RunContext) -> pd.DataFrame:
+    now = dt.datetime.now(dt.UTC)
+    return pd.DataFrame(
+        [
+            {
+                **ctx.stamp(),
+                "source": source,
+                "source_line": q.source_line,
+                "reason": q.reason,
+                "raw": q.raw,
+                "read_at": now,
+            }
+            for q in items
+        ],
+        columns=QUARANTINE.column_names,
+    )
+
+
+def exposure_frame(exp: Exposure, ctx: RunContext) -> pd.DataFrame:
+    now = dt.datetime.now(dt.UTC)
+    start, end = exp.window
+    common = {
+        **ctx.stamp(),
+        "window_start": start,
+        "window_end": end,
+        "computed_at": now,
+        "provenance": "measured",
+    }
+    rows = []
+    chains_by_state: dict[str, int] = {}
+    for state, r in exp.by_state.iterrows():
+        exposed = state in EXPOSED_STATES
+        rows.append(
+            {
+                **common,
+                "kind": "state",
+                "state": state,
+                "workload": None,
+                "allocations": int(r["allocations"]),
+                "node_hours": float(r["node_hours"]),
+                "gpu_hours": float(r["gpu_hours"]),
+                "exposed_gpu_hours": float(r["gpu_hours"]) if exposed else 0.0,
+                "timeout_gpu_hours": float(r["gpu_hours"]) if state == "TIMEOUT" else 0.0,
+                "exposed_allocations": int(r["allocations"]) if exposed else 0,
+                "chains": chains_by_state.get(state, 0),
+                "rank": None,
+            }
+        )
+    for _, r in exp.candidates.iterrows():
+        rows.append(
+            {
+                **common,
+                "kind": "candidate",
+                "state": None,
+                "workload": r["workload"],
+                "allocations": int(r["allocations"]),
+                "node_hours": float(r["node_hours"]),
+                "gpu_hours": float(r["gpu_hours"]),
+                "exposed_gpu_hours": float(r["exposed_gpu_hours"]),
+                "timeout_gpu_hours": float(r["timeout_gpu_hours"]),
+                "exposed_allocations": int(r["exposed_allocations"]),
+                "chains": int(r["chains"]),
+                "rank": int(r["rank"]),
+            }
+        )
+    return pd.DataFrame(rows, columns=EXPOSURE.column_names)
+
+
+def baseline_checks(
+    ingested_rows: int, parsed: int, quarantined: int, frames: dict[str, pd.DataFrame]
+) -> list[CheckResult]:
+    """The gate before the baseline reports: declarations hold and the counts reconcile."""
+    gate = "baseline"
+    checks = [
+        plain_check(
+            gate,
+            "jobs",
+            "rows_read_equals_parsed_plus_quarantined",
+            ingested_rows == parsed + quarantined,
+            rows_read=ingested_rows,
+            parsed=parsed,
+            quarantined=quarantined,
+        ),
+        plain_check(gate, "jobs", "has_allocations", parsed > 0 or quarantined > 0, parsed=parsed),
+    ]
+    for spec_name, df in frames.items():
+        from tasks.datasets import DATASETS
+
+        if len(df):
+            checks.extend(validate_dataset(gate, DATASETS[spec_name], df))
+    return checks
+
+
+def open_accounting(
+    plan: Plan, sacct_file: str | None, live: bool, now: dt.datetime | None = None
+) -> tuple[io.BufferedIOBase, str, int]:
+    """The accounting input the plan (or the CLI's override) names: (stream, source, bytes)."""
+    if live or (sacct_file is None and plan.baseline.source.kind == "sacct-live"):
+        end = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        start = end - dt.timedelta(days=plan.baseline.days)
+        clusters = getattr(plan.baseline.source, "clusters", [])
+        data = acct.run_sacct_live(start, end + dt.timedelta(seconds=1), clusters)
+        # Day chunks report a job once per day it spans: keep the first copy of each line.
+        lines = list(dict.fromkeys(line for line in data.split(b"\n") if line.strip()))
+        data = b"\n".join(lines) + b"\n" if lines else b""
+        return io.BytesIO(data), "sacct-live", len(data)
+    path = sacct_file or getattr(plan.baseline.source, "path", None)
+    if path is None:
+        raise AccountingError("no accounting input: give --sacct-file, --live or a plan source")
+    stream, _kind = acct.open_source(path)
+    size = Path(path).stat().st_size
+    return stream, str(path), size
+
+
+def run_baseline(
+    plan: Plan,
+    ctx: RunContext,
+    *,
+    sacct_file: str | None = None,
+    live: bool = False,
+    use_dask: bool | None = None,
+    delimiter: bytes | None = None,
+) -> BaselineResult:
+    """Ingest, gate, write and summarise; nothing is written unless its gate passes."""
+    key, key_origin = acct.load_pseudonym_key(plan.baseline.pseudonym_key_secret)
+    pseudonymiser = acct.Pseudonymiser(key)
+    stream, source, size = open_accounting(plan, sacct_file, live)
+    with stream:
+        if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:
+            result = _run_dask(stream, source, pseudonymiser, plan, ctx, delimiter)
+        else:
+            result = _run_in_memory(stream, source, pseudonymiser, plan, ctx, delimiter)
+    result.key_origin = key_origin
+    return result
+
+
+def _run_in_memory(
+    stream: io.BufferedIOBase,
+    source: str,
+    pseudonymiser: acct.Pseudonymiser,
+    plan: Plan,
+    ctx: RunContext,
+    delimiter: bytes | None,
+) -> BaselineResult:
+    ingested = ingest_stream(
+        stream,
+        source,
+        pseudonymiser,
+        delimiter=delimiter,
+        pseudonymise_job_names=plan.baseline.pseudonymise_job_names,
+    )
+    jobs = stamp_jobs(ingested.jobs, ctx)
+    jobs_df = jobs.to_pandas(types_mapper=pd.ArrowDtype)
+    exp = compute_exposure(jobs_df)
+    q_df = quarantine_frame(ingested.quarantine, source, ctx)
+    e_df = exposure_frame(exp, ctx)
+    checks = baseline_checks(
+        ingested.rows_read,
+        ingested.rows_parsed,
+        len(ingested.quarantine),
+        {"jobs": jobs_df, "quarantine": q_df, "exposure": e_df},
+    )
+    record_and_enforce(checks, ctx)
+    common = {
+        "data_dir": ctx.data_dir,
+        "poc": ctx.poc,
+        "run_id": ctx.run_id,
+        "metadata": ctx.file_metadata,
+    }
+    written = {
+        "jobs": write_dataset(jobs, JOBS, **common),
+        "quarantine": write_dataset(q_df, QUARANTINE, **common),
+        "exposure": write_dataset(e_df, EXPOSURE, **common),
+    }
+    summary = exp.summary(ingested.rows_read, len(ingested.quarantine))
+    return BaselineResult(summary, exp, source, "memory", written)
+
+
+def _run_dask(
+    stream: io.BufferedIOBase,
+    source: str,
+    pseudonymiser: acct.Pseudonymiser,
+    plan: Plan,
+    ctx: RunContext,
+    delimiter: bytes | None,
+) -> BaselineResult:
+    """Stream blocks to part files, then aggregate the written jobs out of core with Dask."""
+    common = {
+        "data_dir": ctx.data_dir,
+        "poc": ctx.poc,
+        "run_id": ctx.run_id,
+        "metadata": ctx.file_metadata,
+    }
+    rows_read, quarantine, parsed, written_jobs = 0, [], 0, []
+    for i, block in enumerate(
+        acct.parse_sacct_stream(
+            stream,
+            source,
+            pseudonymiser,
+            delimiter=delimiter,
+            pseudonymise_job_names=plan.baseline.pseudonymise_job_names,
+        )
+    ):
+        rows_read += block.rows_read
+        parsed += block.jobs.num_rows
+        quarantine.extend(block.quarantine)
+        written_jobs += write_dataset(stamp_jobs(block.jobs, ctx), JOBS, part=i, **common)
+    exp = exposure_with_dask(ctx, written_jobs)
+    q_df = quarantine_frame(quarantine, source, ctx)
+    e_df = exposure_frame(exp, ctx)
+    checks = baseline_checks(
+        rows_read, parsed, len(quarantine), {"quarantine": q_df, "exposure": e_df}
+    )
+    record_and_enforce(checks, ctx)
+    written = {
+        "jobs": written_jobs,
+        "quarantine": write_dataset(q_df, QUARANTINE, **common),
+        "exposure": write_dataset(e_df, EXPOSURE, **common),
+    }
+    return BaselineResult(exp.summary(rows_read, len(quarantine)), exp, source, "dask", written)
+
+
+def exposure_with_dask(ctx: RunContext, files: list[Path]) -> Exposure:
+    """Exposure over this run's jobs files without loading them whole.
+
+    Allocations are read with only the columns exposure needs; the per-state totals are a
+    Dask aggregation, and chains are found per (user, account, job name) partition after a
+    shuffle on that key, so no step needs the whole history in memory.
+    """
+    import dask.dataframe as dd
+
+    from tasks.exposure import EXPOSURE_INPUT_COLUMNS
+
+    cols = list(EXPOSURE_INPUT_COLUMNS)
+    ddf = dd.read_parquet(
+        [str(f) for f in files], columns=[*cols, "is_allocation"], dtype_backend="pyarrow"
+    )
+    ddf = ddf[ddf["is_allocation"]].drop(columns="is_allocation")
+    return _dask_exposure(ddf)
+
+
+def _dask_exposure(ddf: Any) -> Exposure:
+    import dask
+
+    from tasks.exposure import DUPLICATE_KEY, exposure_by_state, find_chains, rank_candidates
+
+    ddf = ddf.assign(wkey=ddf["user"] + "\x1f" + ddf["account"] + "\x1f" + ddf["job_name"])
+    shuffled = ddf.shuffle(on="wkey", npartitions=max(1, ddf.npartitions))
+
+    def per_partition(part: pd.DataFrame) -> pd.DataFrame:
+        deduped = part.drop_duplicates(list(DUPLICATE_KEY))
+        chains, chain_of, first = find_chains(deduped)
+        return pd.DataFrame(
+            {
+                "n": [len(part) - len(deduped)],
+                "chains": [list(zip(first, chains, strict=True))],
+                "by_state": [exposure_by_state(part)],
+                "candidates": [rank_candidates(deduped, chain_of, top=None)],
+                "smin": [deduped["submit"].min()],
+                "emax": [deduped["end"].max()],
+            }
+        )
+
+    parts = shuffled.map_partitions(
+        per_partition,
+        meta={
+            "n": "int64",
+            "chains": object,
+            "by_state": object,
+            "candidates": object,
+            "smin": object,
+            "emax": object,
+        },
+    )
+    (result,) = dask.compute(parts)
+    return _combine(result)
+
+
+def _combine(result: pd.DataFrame) -> Exposure:
+    from tasks.exposure import Exposure as Exp
+    from tasks.exposure import order_candidates
+
+    by_state = pd.concat(list(result["by_state"])).groupby(level=0).sum().sort_index()
+    chains = [
+        c for _, c in sorted((fc for cs in result["chains"] for fc in cs), key=lambda fc: fc[0])
+    ]
+    # A workload (account, job name) may span partitions (they are keyed by user too).
+    cands = pd.concat(list(result["candidates"]), ignore_index=True).drop(columns="rank")
+    cands = order_candidates(cands.groupby("workload", as_index=False).sum(), top=20)
+    gpu = by_state["gpu_hours"]
+    smin = pd.Series(list(result["smin"])).dropna()
+    emax = pd.Series(list(result["emax"])).dropna()
+    return Exp(
+        by_state=by_state,
+        exposed_gpu_hours=float(gpu[gpu.index.isin(EXPOSED_STATES)].sum()),
+        timeout_gpu_hours=float(gpu.get("TIMEOUT", 0.0)),
+        chains=chains,
+        candidates=cands.reset_index(drop=True),
+        duplicates_ignored=int(result["n"].sum()),
+        window=(smin.min() if len(smin) else None, emax.max() if len(emax) else None),
+    )

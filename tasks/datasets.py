@@ -1,0 +1,358 @@
+"""Dataset declarations and the one store that writes and reads them.
+
+Each dataset is declared once (``DatasetSpec``): its columns with types, bounds and allowed
+values, its key, and the timestamp column whose ISO week partitions it. The declaration
+produces the pyarrow schema (writer), the pandas dtypes (readers, pandas and Dask) and the
+Great Expectations suite (``tasks.gates``); ``tests/test_datasets.py`` asserts they agree.
+
+Layout: ``<data_dir>/<poc>/<dataset>/week=YYYY-Www/<run_id>[-partNNNN].parquet``, written
+atomically (temp file + rename), append-only: an existing file is never rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from tasks.accounting import SLURM_STATES
+from tasks.errors import DatasetError
+from tasks.fingerprint import FINGERPRINT_COLUMNS
+
+SCHEMA_VERSION = "1"
+WEEK_PARTITION = "week"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    nullable: bool = True
+    allowed: tuple[str, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    week_from: str  # timestamp column whose ISO week names the partition
+    doc: str = ""
+    version: str = SCHEMA_VERSION
+    _by_name: dict[str, Column] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise DatasetError(f"dataset {self.name}: duplicate column names")
+        for k in (*self.key, self.week_from):
+            if k not in names:
+                raise DatasetError(f"dataset {self.name}: key/week column {k!r} not declared")
+        self._by_name.update({c.name: c for c in self.columns})
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column:
+        return self._by_name[name]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        fields = [pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns]
+        meta = {"ckpt_poc.dataset": self.name, "ckpt_poc.schema_version": self.version}
+        return pa.schema(fields, metadata=meta)
+
+    @property
+    def pandas_dtypes(self) -> dict[str, Any]:
+        """The dtypes every reader normalises to (pandas and Dask alike)."""
+        return {c.name: _pandas_dtype(c.type) for c in self.columns}
+
+
+def _pandas_dtype(t: pa.DataType) -> Any:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pd.StringDtype("pyarrow")
+    if pa.types.is_integer(t):
+        return pd.ArrowDtype(t)
+    if pa.types.is_floating(t):
+        return "float64"
+    if pa.types.is_boolean(t):
+        return pd.ArrowDtype(pa.bool_())
+    if pa.types.is_timestamp(t):
+        return pd.ArrowDtype(pa.timestamp("us", tz="UTC"))
+    if pa.types.is_date(t):
+        return pd.ArrowDtype(t)
+    raise DatasetError(f"no pandas dtype for arrow type {t}")
+
+
+TS = pa.timestamp("us", tz="UTC")
+S = pa.string()
+I64 = pa.int64()
+F64 = pa.float64()
+
+_FP = tuple(
+    Column(name, I64 if name in ("fp_cores", "fp_mem_bytes", "fp_gpu_count") else S, False)
+    for name in FINGERPRINT_COLUMNS
+)
+_RUN = (
+    Column("poc", S, False, doc="the plan's poc name"),
+    Column("run_id", S, False, doc="the run that wrote the row"),
+)
+
+JOBS = DatasetSpec(
+    name="jobs",
+    doc="One row per parsed sacct row (allocations and steps), identities pseudonymised.",
+    key=("cluster", "job_id_raw", "step", "submit", "state"),
+    week_from="submit",
+    columns=(
+        *_RUN,
+        Column("cluster", S, False),
+        Column("job_id", S, False, doc="as sacct shows it: 123, 123_4, 123+0"),
+        Column("job_id_raw", S, False, doc="the numeric id Slurm allocated"),
+        Column("array_job_id", S, doc="123 for array task 123_4"),
+        Column("array_task_id", S, doc="4 for 123_4"),
+        Column("het_job_id", S, doc="123 for het component 123+0"),
+        Column("het_offset", I64, min=0),
+        Column("step", S, doc="null for an allocation; batch, extern, interactive, 0, 1, …"),
+        Column("is_allocation", pa.bool_(), False),
+        Column("partition", S),
+        Column("user", S, False, doc="pseudonym (HMAC)"),
+        Column("account", S, False, doc="pseudonym (HMAC)"),
+        Column("job_name", S, False, doc="plain, or a pseudonym when the plan asks"),
+        Column("state", S, False, allowed=SLURM_STATES),
+        Column("state_raw", S, False),
+        Column("exit_code", I64, min=0, max=255),
+        Column("exit_signal", I64, min=0, max=255),
+        Column("submit", TS),
+        Column("start", TS),
+        Column("end", TS),
+        Column("elapsed_s", I64, False, min=0),
+        Column("timelimit_s", I64, min=0, doc="null for UNLIMITED / Partition_Limit"),
+        Column("timelimit_raw", S),
+        Column("nnodes", I64, False, min=0),
+        Column("ncpus", I64, False, min=0),
+        Column("gpus", I64, False, min=0),
+        Column("mem_bytes", I64, min=0),
+        Column("node_list", S),
+        Column("source_line", I64, False, min=1, doc="line in the input, for tracing"),
+        *_FP,
+    ),
+)
+
+QUARANTINE = DatasetSpec(
+    name="quarantine",
+    doc="Input rows that could not be parsed, with the reason; never silently dropped.",
+    key=("run_id", "source", "source_line"),
+    week_from="read_at",
+    columns=(
+        *_RUN,
+        Column("source", S, False, doc="file path or 'sacct-live'"),
+        Column("source_line", I64, False, min=0),
+        Column("reason", S, False),
+        Column("raw", S, False, doc="the row as read, identities pseudonymised where parsed"),
+        Column("read_at", TS, False),
+        *_FP,
+    ),
+)
+
+EXPOSURE = DatasetSpec(
+    name="exposure",
+    doc="Baseline exposure: totals per final allocation state, and ranked candidate workloads.",
+    key=("run_id", "kind", "state", "workload"),
+    week_from="computed_at",
+    columns=(
+        *_RUN,
+        Column("kind", S, False, allowed=("state", "candidate")),
+        Column("state", S, doc="the final state (kind=state)"),
+        Column("workload", S, doc="account/job name pseudonym pair (kind=candidate)"),
+        Column("allocations", I64, False, min=0),
+        Column("node_hours", F64, False, min=0),
+        Column("gpu_hours", F64, False, min=0),
+        Column("exposed_gpu_hours", F64, False, min=0),
+        Column("timeout_gpu_hours", F64, False, min=0),
+        Column("exposed_allocations", I64, False, min=0),
+        Column("chains", I64, False, min=0),
+        Column("rank", I64, min=1),
+        Column("window_start", TS),
+        Column("window_end", TS),
+        Column("computed_at", TS, False),
+        Column("provenance", S, False, allowed=("measured",)),
+        *_FP,
+    ),
+)
+
+GATES = DatasetSpec(
+    name="gates",
+    doc="Every gate check that ran: which expectation, on what, and whether it held.",
+    key=("run_id", "gate", "dataset", "expectation", "column"),
+    week_from="checked_at",
+    columns=(
+        *_RUN,
+        Column("gate", S, False),
+        Column("dataset", S, False),
+        Column("expectation", S, False),
+        Column("column", S),
+        Column("success", pa.bool_(), False),
+        Column("observed", S, doc="what the check saw, as JSON"),
+        Column("checked_at", TS, False),
+        *_FP,
+    ),
+)
+
+DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (JOBS, QUARANTINE, EXPOSURE, GATES)}
+
+
+# --- the store -------------------------------------------------------------------------------
+
+
+def dataset_dir(data_dir: str | Path, poc: str, spec: DatasetSpec) -> Path:
+    return Path(data_dir) / poc / spec.name
+
+
+def iso_week(ts: pd.Timestamp | None) -> str:
+    if ts is None or pd.isna(ts):
+        return "unknown"
+    year, week, _ = ts.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def _week_labels(table: pa.Table, spec: DatasetSpec) -> pa.Array:
+    col = table.column(spec.week_from)
+    # ISO year and week, computed in Arrow so a 20 M-row table never goes through Python.
+    year = pc.iso_year(col)
+    week = pc.iso_week(col)
+    label = pc.binary_join_element_wise(
+        pc.cast(year, pa.string()),
+        pc.utf8_lpad(pc.cast(week, pa.string()), 2, "0"),
+        "-W",
+    )
+    return pc.fill_null(label, "unknown")
+
+
+def conform(table: pa.Table | pd.DataFrame, spec: DatasetSpec) -> pa.Table:
+    """Cast to the declared schema (column order and types); refuse missing/extra columns."""
+    if isinstance(table, pd.DataFrame):
+        table = pa.Table.from_pandas(table, preserve_index=False)
+    have, want = set(table.column_names), set(spec.column_names)
+    if have != want:
+        raise DatasetError(
+            f"dataset {spec.name}: columns differ from the declaration: "
+            f"missing {sorted(want - have)}, unexpected {sorted(have - want)}"
+        )
+    table = table.select(spec.column_names).replace_schema_metadata(None)
+    try:
+        return table.cast(spec.arrow_schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DatasetError(f"dataset {spec.name}: {exc}") from exc
+
+
+def _atomic_write(table: pa.Table, target: Path, metadata: Mapping[str, str]) -> None:
+    if target.exists():
+        raise DatasetError(f"{target} exists: datasets are append-only, never rewritten")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    schema_meta = dict(table.schema.metadata or {})
+    schema_meta.update({k.encode(): v.encode() for k, v in metadata.items()})
+    try:
+        pq.write_table(table.replace_schema_metadata(schema_meta), tmp, compression="zstd")
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_dataset(
+    table: pa.Table | pd.DataFrame,
+    spec: DatasetSpec,
+    *,
+    data_dir: str | Path,
+    poc: str,
+    run_id: str,
+    part: int | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """Write one run's rows: one file per ISO week partition, atomically, never overwriting."""
+    table = conform(table, spec)
+    if table.num_rows == 0:
+        return []
+    meta = {"ckpt_poc.run_id": run_id, **(metadata or {})}
+    labels = _week_labels(table, spec)
+    base = dataset_dir(data_dir, poc, spec)
+    name = f"{run_id}.parquet" if part is None else f"{run_id}-part{part:05d}.parquet"
+    written = []
+    for label in pc.unique(labels).to_pylist():
+        rows = table.filter(pc.equal(labels, label))
+        target = base / f"{WEEK_PARTITION}={label}" / name
+        _atomic_write(rows, target, meta)
+        written.append(target)
+    return written
+
+
+def _files(data_dir: str | Path, poc: str, spec: DatasetSpec) -> list[str]:
+    root = dataset_dir(data_dir, poc, spec)
+    return sorted(str(p) for p in root.glob(f"{WEEK_PARTITION}=*/*.parquet"))
+
+
+def read_dataset(
+    spec: DatasetSpec,
+    *,
+    data_dir: str | Path,
+    poc: str,
+    run_id: str | None = None,
+    columns: Sequence[str] | None = None,
+) -> pd.DataFrame:
+    """Read a dataset into pandas with the declared dtypes (plus ``week``)."""
+    files = _files(data_dir, poc, spec)
+    cols = list(columns or spec.column_names)
+    if not files:
+        return normalise_dtypes(pd.DataFrame({c: [] for c in cols}), spec)
+    ds = pads.dataset(files, schema=spec.arrow_schema, format="parquet")
+    flt = pc.field("run_id") == run_id if run_id is not None else None
+    table = ds.to_table(columns=cols, filter=flt)
+    return normalise_dtypes(table.to_pandas(types_mapper=pd.ArrowDtype), spec)
+
+
+def read_dataset_dask(spec: DatasetSpec, *, data_dir: str | Path, poc: str) -> Any:
+    """The same dataset as a Dask DataFrame, normalised to the same dtypes as pandas."""
+    import dask.dataframe as dd
+
+    files = _files(data_dir, poc, spec)
+    if not files:
+        raise DatasetError(f"dataset {spec.name} has no files under {data_dir}/{poc}")
+    ddf = dd.read_parquet(files, columns=spec.column_names, dtype_backend="pyarrow")
+    return ddf.astype(spec.pandas_dtypes)
+
+
+def normalise_dtypes(df: pd.DataFrame, spec: DatasetSpec) -> pd.DataFrame:
+    dtypes = {c: t for c, t in spec.pandas_dtypes.items() if c in df.columns}
+    return df.astype(dtypes)
+
+
+def rows_with_context(
+    rows: Iterable[Mapping[str, Any]], *, poc: str, run_id: str, fingerprint: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Stamp run identity and fingerprint on plain row dicts."""
+    return [{**r, "poc": poc, "run_id": run_id, **fingerprint} for r in rows]
+
+
+def file_metadata(table_path: str | Path) -> dict[str, str]:
+    meta = pq.read_schema(table_path).metadata or {}
+    return {k.decode(): v.decode() for k, v in meta.items()}
+
+
+def describe(spec: DatasetSpec) -> str:
+    return json.dumps({"name": spec.name, "key": spec.key, "columns": spec.column_names}, indent=1)

@@ -1,0 +1,44 @@
+"""One exception tree for the whole product, rooted at CkptPocError."""
+
+from __future__ import annotations
+
+
+class CkptPocError(Exception):
+    """Base of every error ckpt-poc raises on purpose."""
+
+
+class PlanError(CkptPocError):
+    """The PoC plan is missing, unreadable or invalid.
+
+    ``problems`` holds one line per problem: ``file:line: field.path: message``.
+    """
+
+    def __init__(self, path: str, problems: list[str]) -> None:
+        self.path = path
+        self.problems = problems
+        super().__init__(f"{path}: {len(problems)} problem(s)\n" + "\n".join(problems))
+
+
+class AccountingError(CkptPocError):
+    """Accounting input that cannot be read at all (single bad rows are quarantined)."""
+
+
+class DatasetError(CkptPocError):
+    """A dataset write or read that violates its declaration."""
+
+
+class GateFailed(CkptPocError):
+    """A comparability gate failed: the report it guards is blocked."""
+
+    def __init__(self, gate: str, failures: list[str]) -> None:
+        self.gate = gate
+        self.failures = failures
+        super().__init__(f"gate {gate!r} failed:\n" + "\n".join(f"  - {f}" for f in failures))
+
+
+class SecretError(CkptPocError):
+    """A required secret (e.g. the pseudonymisation key) is not available."""
+
+
+class BlastRadiusError(CkptPocError):
+    """An action targeted something the plan does not name."""

@@ -1,0 +1,137 @@
+"""The run fingerprint: what this run ran on, captured once and stamped on every row.
+
+Collected by small ``collect_<area>_metadata`` functions (after pyperf). GPU fields come from
+NVML through nvidia-ml-py; without a GPU they are an explicit ``none``, never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from importlib import metadata as importlib_metadata
+from typing import Any
+
+FINGERPRINT_COLUMNS = (
+    "fp_host",
+    "fp_cpu_model",
+    "fp_cores",
+    "fp_mem_bytes",
+    "fp_kernel",
+    "fp_os",
+    "fp_gpu_model",
+    "fp_gpu_count",
+    "fp_driver",
+    "fp_cuda",
+    "fp_versions",
+)
+
+NONE = "none"
+_PACKAGES = ("ckpt-poc", "prefect", "pandas", "pyarrow", "dask", "great-expectations")
+
+
+def collect_host_metadata(md: dict[str, Any]) -> None:
+    md["fp_host"] = socket.gethostname()
+    md["fp_kernel"] = platform.release()
+    md["fp_os"] = _os_release()
+    md["fp_cores"] = os.cpu_count() or 0
+    md["fp_cpu_model"] = _cpu_model()
+    md["fp_mem_bytes"] = _mem_bytes()
+
+
+def collect_gpu_metadata(md: dict[str, Any]) -> None:
+    md.update(fp_gpu_model=NONE, fp_gpu_count=0, fp_driver=NONE, fp_cuda=NONE)
+    try:
+        import pynvml  # provided by nvidia-ml-py
+
+        pynvml.nvmlInit()
+    except Exception:  # no driver / library: this host has no usable GPU
+        return
+    try:
+        count = pynvml.nvmlDeviceGetCount()
+        models = sorted(
+            {
+                _text(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i)))
+                for i in range(count)
+            }
+        )
+        cuda = pynvml.nvmlSystemGetCudaDriverVersion_v2()
+        md.update(
+            fp_gpu_model=",".join(models) or NONE,
+            fp_gpu_count=count,
+            fp_driver=_text(pynvml.nvmlSystemGetDriverVersion()),
+            fp_cuda=f"{cuda // 1000}.{(cuda % 1000) // 10}",
+        )
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def collect_versions_metadata(md: dict[str, Any]) -> None:
+    versions: dict[str, str] = {"python": platform.python_version()}
+    for pkg in _PACKAGES:
+        try:
+            versions[pkg] = importlib_metadata.version(pkg)
+        except importlib_metadata.PackageNotFoundError:
+            versions[pkg] = NONE
+    versions["slurm"] = _tool_version(["sinfo", "--version"])
+    versions["criu"] = _tool_version(["criu", "--version"])
+    md["fp_versions"] = json.dumps(versions, sort_keys=True)
+
+
+def collect_fingerprint() -> dict[str, Any]:
+    md: dict[str, Any] = {}
+    collect_host_metadata(md)
+    collect_gpu_metadata(md)
+    collect_versions_metadata(md)
+    return {name: md[name] for name in FINGERPRINT_COLUMNS}
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _os_release() -> str:
+    try:
+        with open("/etc/os-release", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("PRETTY_NAME="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return platform.platform()
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or NONE
+
+
+def _mem_bytes() -> int:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def _tool_version(argv: list[str]) -> str:
+    if shutil.which(argv[0]) is None:
+        return NONE
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return NONE
+    text = (out.stdout or out.stderr).strip().splitlines()
+    return text[0] if text and out.returncode == 0 else NONE

@@ -1,0 +1,386 @@
+"""Drive the real single-node Slurm cluster of ``scripts/slurm-up`` from tests.
+
+Plain functions, no pytest dependency, so that a session fixture can do::
+
+    @pytest.fixture(scope="session")
+    def slurm_env():
+        return slurm_cluster.ensure_slurm_up()
+
+and tests can submit real jobs with :func:`submit` and wait for their accounting
+records with :func:`wait_state`. :func:`submit_job_mix` runs a fixed mix of real
+jobs that end in every state the analysis cares about (COMPLETED, FAILED,
+TIMEOUT, CANCELLED, NODE_FAIL, REQUEUED then COMPLETED, and a resubmission chain)
+in about two minutes; ``scripts/make-accounting-sample`` uses it to produce
+``data/samples/``.
+
+Run as a script (``python3 tests/slurm_cluster.py``) it brings the cluster up,
+runs the mix and prints the mix records as JSON.
+
+Facts this relies on (see notes/slurm.md): a finished job shows in sacct 1-5 s
+after it ends, so everything polls; a job is requeued only after sacct shows it
+RUNNING, or the REQUEUED record is lost; a 1-minute time limit ends after 75-90 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SLURM_UP = REPO / "scripts" / "slurm-up"
+DEFAULT_SLURM_DIR = REPO / ".run" / "slurm"
+
+# Fields read back from `sacct -X -D -P --noheader` by wait_state (one row per attempt).
+SACCT_FIELDS = (
+    "JobID",
+    "JobIDRaw",
+    "JobName",
+    "User",
+    "Account",
+    "State",
+    "ExitCode",
+    "Submit",
+    "Start",
+    "End",
+    "Elapsed",
+    "Timelimit",
+    "AllocTRES",
+    "NodeList",
+)
+
+# States in which a job (attempt) will not change any more.
+FINAL_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REQUEUED",
+        "REVOKED",
+        "TIMEOUT",
+    }
+)
+
+
+class SlurmClusterError(RuntimeError):
+    """A Slurm command failed or a job did not reach the expected state in time."""
+
+
+def slurm_dir() -> Path:
+    """The cluster directory: ``$CKPT_SLURM_DIR`` or ``<repo>/.run/slurm``."""
+    return Path(os.environ.get("CKPT_SLURM_DIR", DEFAULT_SLURM_DIR)).resolve()
+
+
+def _run(argv: list[str], env: Mapping[str, str], timeout: float = 60.0) -> str:
+    proc = subprocess.run(
+        argv, env=dict(env), capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if proc.returncode != 0:
+        detail = proc.stderr.strip() or proc.stdout.strip()
+        raise SlurmClusterError(f"{' '.join(argv)} exited {proc.returncode}: {detail}")
+    return proc.stdout
+
+
+def ensure_slurm_up(directory: Path | None = None) -> dict[str, str]:
+    """Start (or find running) the cluster under ``directory``; return an env for its clients.
+
+    The returned mapping is a copy of ``os.environ`` with ``SLURM_CONF`` set.
+    """
+    directory = (directory or slurm_dir()).resolve()
+    proc = subprocess.run(
+        [str(SLURM_UP), str(directory)], capture_output=True, text=True, timeout=600, check=False
+    )
+    if proc.returncode != 0:
+        raise SlurmClusterError(
+            f"scripts/slurm-up {directory} exited {proc.returncode}:\n{proc.stderr}{proc.stdout}"
+        )
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(directory / "etc" / "slurm.conf")
+    return env
+
+
+def _jobs_dir(env: Mapping[str, str]) -> Path:
+    path = Path(env["SLURM_CONF"]).resolve().parents[1] / "jobs"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def submit(script_text: str, *args: str, env: Mapping[str, str]) -> str:
+    """Submit a batch script (its text, passed on stdin) with ``sbatch --parsable ARGS``.
+
+    Job output goes to ``<cluster dir>/jobs/%x-%j.out`` unless ARGS set ``--output``.
+    Returns the job id.
+    """
+    argv = ["sbatch", "--parsable"]
+    if not any(a == "-o" or a.startswith(("--output", "-o")) for a in args):
+        argv.append(f"--output={_jobs_dir(env)}/%x-%j.out")
+    argv += list(args)
+    proc = subprocess.run(
+        argv,
+        input=script_text,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise SlurmClusterError(f"sbatch {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout.strip().split(";", 1)[0]
+
+
+def sacct_attempts(jobid: str, env: Mapping[str, str]) -> list[dict[str, str]]:
+    """Accounting rows of one job, one per attempt (``-X -D``), oldest first."""
+    out = _run(
+        [
+            "sacct",
+            "-X",
+            "-D",
+            "-P",
+            "--noheader",
+            f"--format={','.join(SACCT_FIELDS)}",
+            "-j",
+            jobid,
+        ],
+        env,
+    )
+    rows = [dict(zip(SACCT_FIELDS, line.split("|"), strict=True)) for line in out.splitlines()]
+    rows = [r for r in rows if r["JobIDRaw"] == jobid]
+    return sorted(rows, key=lambda r: r["Submit"])
+
+
+def base_state(state: str) -> str:
+    """``"CANCELLED by 0"`` -> ``"CANCELLED"``."""
+    return state.split(" ", 1)[0]
+
+
+def wait_state(
+    jobid: str,
+    states: Iterable[str],
+    timeout: float = 60.0,
+    *,
+    env: Mapping[str, str],
+    attempts: int = 1,
+) -> list[dict[str, str]]:
+    """Poll sacct until job ``jobid`` has ``attempts`` attempts and the last is in ``states``.
+
+    Returns all attempts' rows (oldest first). Raises SlurmClusterError on timeout,
+    or at once when the last attempt reached a different final state.
+    """
+    wanted = frozenset(states)
+    deadline = time.monotonic() + timeout
+    rows: list[dict[str, str]] = []
+    while True:
+        rows = sacct_attempts(jobid, env)
+        if len(rows) >= attempts:
+            last = base_state(rows[-1]["State"])
+            if last in wanted:
+                return rows
+            if len(rows) == attempts and last in FINAL_STATES:
+                raise SlurmClusterError(
+                    f"job {jobid} ended {rows[-1]['State']} (exit {rows[-1]['ExitCode']}),"
+                    f" expected {sorted(wanted)}"
+                )
+        if time.monotonic() > deadline:
+            seen = [r["State"] for r in rows]
+            raise SlurmClusterError(
+                f"job {jobid}: no {sorted(wanted)} after {timeout:.0f} s"
+                f" (attempts {attempts}, seen {seen})"
+            )
+        time.sleep(0.5)
+
+
+def node_name(env: Mapping[str, str]) -> str:
+    return _run(["sinfo", "-h", "-o", "%N"], env).split()[0]
+
+
+def wait_node_idle(env: Mapping[str, str], timeout: float = 60.0) -> None:
+    node = node_name(env)
+    deadline = time.monotonic() + timeout
+    while True:
+        state = _run(["sinfo", "-h", "-n", node, "-o", "%T"], env).strip()
+        if state in {"idle", "mixed", "allocated"}:
+            return
+        if time.monotonic() > deadline:
+            raise SlurmClusterError(f"node {node} is {state!r}, not idle, after {timeout:.0f} s")
+        time.sleep(0.5)
+
+
+# --- the job mix ------------------------------------------------------------------
+
+_SCRIPT = '#!/bin/bash\necho "job $SLURM_JOB_ID gpus=${{CUDA_VISIBLE_DEVICES:-none}}"\n{body}\n'
+
+
+def _script(body: str) -> str:
+    return _SCRIPT.format(body=body)
+
+
+def _case(
+    case: str,
+    job_id: str,
+    name: str,
+    gpus: int,
+    expected_states: list[str],
+    chain: str | None = None,
+    chain_position: int | None = None,
+) -> dict:
+    return {
+        "case": case,
+        "job_id": job_id,
+        "name": name,
+        "gpus": gpus,
+        "expected_states": expected_states,
+        "chain": chain,
+        "chain_position": chain_position,
+        "attempts": [],
+    }
+
+
+def _finish(record: dict, rows: list[dict[str, str]]) -> dict:
+    observed = [base_state(r["State"]) for r in rows]
+    if observed != record["expected_states"]:
+        raise SlurmClusterError(
+            f"{record['case']} job {record['job_id']}: attempts {observed},"
+            f" expected {record['expected_states']}"
+        )
+    record["attempts"] = rows
+    return record
+
+
+def _gres(gpus: int) -> list[str]:
+    return [f"--gres=gpu:{gpus}"] if gpus else []
+
+
+def _run_node_fail(env: Mapping[str, str]) -> dict:
+    """A running job killed by ``scontrol update state=down``; the node is resumed after."""
+    name, gpus = "mix-node-fail", 1
+    jid = submit(_script("sleep 300"), f"--job-name={name}", "--no-requeue", *_gres(gpus), env=env)
+    record = _case("node_fail", jid, name, gpus, ["NODE_FAIL"])
+    wait_state(jid, {"RUNNING"}, 30, env=env)
+    node = node_name(env)
+    _run(["scontrol", "update", f"nodename={node}", "state=down", "reason=test"], env)
+    try:
+        rows = wait_state(jid, {"NODE_FAIL"}, 30, env=env)
+    finally:
+        _run(["scontrol", "update", f"nodename={node}", "state=resume"], env)
+        wait_node_idle(env)
+    return _finish(record, rows)
+
+
+def _run_completed(env: Mapping[str, str]) -> dict:
+    name, gpus = "mix-completed", 2
+    jid = submit(_script("sleep 2"), f"--job-name={name}", *_gres(gpus), env=env)
+    return _finish(
+        _case("completed", jid, name, gpus, ["COMPLETED"]),
+        wait_state(jid, {"COMPLETED"}, 60, env=env),
+    )
+
+
+def _run_failed(env: Mapping[str, str]) -> dict:
+    name = "mix-failed"
+    jid = submit(_script("sleep 1\nexit 3"), f"--job-name={name}", env=env)
+    return _finish(
+        _case("failed", jid, name, 0, ["FAILED"]), wait_state(jid, {"FAILED"}, 60, env=env)
+    )
+
+
+def _run_cancelled(env: Mapping[str, str]) -> dict:
+    name = "mix-cancelled"
+    jid = submit(_script("sleep 300"), f"--job-name={name}", env=env)
+    wait_state(jid, {"RUNNING"}, 30, env=env)
+    time.sleep(2)  # some elapsed time on record
+    _run(["scancel", jid], env)
+    return _finish(
+        _case("cancelled", jid, name, 0, ["CANCELLED"]),
+        wait_state(jid, {"CANCELLED"}, 60, env=env),
+    )
+
+
+def _run_requeued(env: Mapping[str, str]) -> dict:
+    """``scontrol requeue`` while running; the second attempt runs to completion."""
+    name, gpus = "mix-requeued", 1
+    body = 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then sleep 2; else sleep 300; fi'
+    jid = submit(_script(body), f"--job-name={name}", "--time=5", *_gres(gpus), env=env)
+    wait_state(jid, {"RUNNING"}, 30, env=env)
+    time.sleep(2)
+    _run(["scontrol", "requeue", jid], env)
+    return _finish(
+        _case("requeued", jid, name, gpus, ["REQUEUED", "COMPLETED"]),
+        wait_state(jid, {"COMPLETED"}, 90, env=env, attempts=2),
+    )
+
+
+def _run_chain(env: Mapping[str, str]) -> list[dict]:
+    """A resubmission chain: ``train-chain`` fails, then is submitted again and completes."""
+    name, gpus = "train-chain", 1
+    first = submit(_script("sleep 2\nexit 1"), f"--job-name={name}", *_gres(gpus), env=env)
+    rec1 = _finish(
+        _case("chain_failed", first, name, gpus, ["FAILED"], chain=name, chain_position=0),
+        wait_state(first, {"FAILED"}, 60, env=env),
+    )
+    second = submit(_script("sleep 3"), f"--job-name={name}", *_gres(gpus), env=env)
+    rec2 = _finish(
+        _case("chain_completed", second, name, gpus, ["COMPLETED"], chain=name, chain_position=1),
+        wait_state(second, {"COMPLETED"}, 60, env=env),
+    )
+    return [rec1, rec2]
+
+
+def _run_timeout(env: Mapping[str, str], jid: str) -> dict:
+    return _finish(
+        _case("timeout", jid, "mix-timeout", 1, ["TIMEOUT"]),
+        wait_state(jid, {"TIMEOUT"}, 180, env=env),
+    )
+
+
+def submit_job_mix(env: Mapping[str, str]) -> list[dict]:
+    """Run real jobs ending in each state of interest; return one record per job.
+
+    Each record: ``case``, ``job_id``, ``name``, ``gpus``, ``expected_states`` (one per
+    attempt, oldest first), ``chain``/``chain_position`` (resubmission chain
+    membership, else None) and ``attempts`` (the sacct rows of :data:`SACCT_FIELDS`
+    observed for each attempt). Raises SlurmClusterError when a job ends otherwise.
+
+    Order: the NODE_FAIL case runs first and alone (downing the node kills every job
+    on it), then the 2-GPU job; then the TIMEOUT job (1 GPU, --time=1, ends after
+    75-90 s) is started and the rest run beside it (FAILED, CANCELLED and REQUEUED in
+    parallel, then the train-chain). Returns when all are final and in sacct.
+    """
+    records = [_run_node_fail(env), _run_completed(env)]
+    timeout_id = submit(
+        _script("sleep 600"), "--job-name=mix-timeout", "--time=1", *_gres(1), env=env
+    )
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        futures: list[Future] = [
+            pool.submit(_run_failed, env),
+            pool.submit(_run_cancelled, env),
+            pool.submit(_run_requeued, env),
+        ]
+        parallel = [f.result() for f in futures]
+    records += parallel
+    records += _run_chain(env)
+    records.append(_run_timeout(env, timeout_id))
+    return records
+
+
+def main() -> int:
+    env = ensure_slurm_up()
+    started = time.monotonic()
+    records = submit_job_mix(env)
+    print(json.dumps(records, indent=2))
+    print(f"job mix finished in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
