@@ -84,7 +84,10 @@ def validate_dataset(gate: str, spec: DatasetSpec, df: pd.DataFrame) -> list[Che
     import great_expectations as gx
 
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
     context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
     source = context.data_sources.add_pandas(name=f"{spec.name}_source")
     asset = source.add_dataframe_asset(name=spec.name)
     batch_def = asset.add_batch_definition_whole_dataframe(f"{spec.name}_whole")

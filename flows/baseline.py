@@ -1,0 +1,62 @@
+"""Stage 1: the baseline from the scheduler's accounting history (before anything installs)."""
+
+from __future__ import annotations
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.plan_check import ensure_plan_is_valid
+from tasks.baseline import BaselineResult, run_baseline
+from tasks.plan import Plan
+from tasks.report import baseline_markdown, exposure_rows
+from tasks.runctx import make_run_context
+
+
+@task(name="measure_exposure", cache_policy=NO_CACHE)
+def measure_exposure(
+    plan: Plan,
+    plan_path: str,
+    sacct_file: str | None,
+    live: bool,
+    use_dask: bool | None,
+    delimiter: str | None,
+) -> BaselineResult:
+    ctx = make_run_context(plan, plan_path)
+    return run_baseline(
+        plan,
+        ctx,
+        sacct_file=sacct_file,
+        live=live,
+        use_dask=use_dask,
+        delimiter=delimiter.encode() if delimiter else None,
+    )
+
+
+@task(name="publish_exposure", cache_policy=NO_CACHE)
+def publish_exposure(result: BaselineResult) -> None:
+    create_table_artifact(
+        key="baseline-exposure",
+        table=exposure_rows(result),
+        description="Exposure per final allocation state (measured)",
+    )
+    create_markdown_artifact(
+        key="baseline-summary",
+        markdown=baseline_markdown(result),
+        description="Baseline exposure, candidates and limitations",
+    )
+
+
+@flow(name="baseline")
+def baseline(
+    plan_path: str,
+    sacct_file: str | None = None,
+    live: bool = False,
+    use_dask: bool | None = None,
+    delimiter: str | None = None,
+) -> BaselineResult:
+    """Accounting history → validated `jobs`, `exposure`, `quarantine` datasets and a summary."""
+    plan = ensure_plan_is_valid(plan_path)
+    result = measure_exposure(plan, plan_path, sacct_file, live, use_dask, delimiter)
+    publish_exposure(result)
+    return result

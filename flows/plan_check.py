@@ -1,0 +1,20 @@
+"""Stage 0: the plan on paper. Nothing that touches a cluster runs before this passes."""
+
+from __future__ import annotations
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from tasks.plan import Plan, load_plan
+
+
+@task(name="ensure_plan_is_valid", cache_policy=NO_CACHE)
+def ensure_plan_is_valid(plan_path: str) -> Plan:
+    return load_plan(plan_path)
+
+
+@flow(name="plan_check", log_prints=True)
+def plan_check(plan_path: str) -> dict[str, str]:
+    """Validate a PoC plan; fails listing every problem with its field path and YAML line."""
+    plan = ensure_plan_is_valid(plan_path)
+    return {"poc": plan.poc, "cluster": plan.cluster.kind, "checkpointer": plan.checkpointer.kind}
