@@ -343,7 +343,9 @@ def detect_layout(first_line: bytes, source: str, delimiter: bytes | None = None
         texts = [f.decode().strip() for f in fields]
     except UnicodeDecodeError:
         texts = []
-    is_header = bool(texts) and texts[0].lower() in ("jobid", "jobidraw")
+    # A header is a row of field names (letters only) that names JobID somewhere.
+    lowered = [t.lower() for t in texts]
+    is_header = bool(texts) and "jobid" in lowered and all(t.isalpha() for t in texts)
     if is_header:
         names = tuple(canonical.get(t.lower(), "") for t in texts)
         missing = [f for f in REQUIRED_FIELDS if f not in names]
@@ -448,7 +450,7 @@ def parse_block(
 def _utf8(col: pa.Array) -> tuple[pa.Array, pa.Array]:
     """Cast binary → string; rows with invalid UTF-8 become null, flagged in the mask."""
     try:
-        return pc.cast(col, pa.string()), pa.array([False] * len(col))
+        return pc.cast(col, pa.string()), pa.repeat(pa.scalar(False), len(col))
     except pa.ArrowInvalid:
         flags, texts = [], []
         for value in col.to_pylist():
@@ -458,7 +460,7 @@ def _utf8(col: pa.Array) -> tuple[pa.Array, pa.Array]:
             except UnicodeDecodeError:
                 texts.append(None)
                 flags.append(True)
-        return pa.array(texts, pa.string()), pa.array(flags)
+        return pa.array(texts, pa.string()), pa.array(flags, pa.bool_())
 
 
 def _parse_fields(

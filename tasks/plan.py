@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -53,7 +54,7 @@ def _check_safe_name(value: str) -> str:
     return value
 
 
-SafeName = Annotated[str, Field(min_length=1)]
+SafeName = Annotated[str, AfterValidator(_check_safe_name)]
 
 
 class ProgressProbe(_Strict):
@@ -95,7 +96,7 @@ class AppCheckpoint(_Strict):
 
 
 class Workload(_Strict):
-    name: str
+    name: SafeName
     command: list[str] | None = Field(default=None, min_length=1)
     script: str | None = None
     gpus: int = Field(ge=0, le=64)
@@ -105,11 +106,6 @@ class Workload(_Strict):
     production_owner: str | None = Field(
         default=None, description="who runs this workload in production (gate 3)"
     )
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, value: str) -> str:
-        return _check_safe_name(value)
 
     @field_validator("command", mode="before")
     @classmethod
@@ -134,12 +130,7 @@ class SacctFileSource(_Strict):
 
 class SacctLiveSource(_Strict):
     kind: Literal["sacct-live"]
-    clusters: list[str] = Field(default_factory=list)
-
-    @field_validator("clusters")
-    @classmethod
-    def _names(cls, value: list[str]) -> list[str]:
-        return [_check_safe_name(v) for v in value]
+    clusters: list[SafeName] = Field(default_factory=list)
 
 
 class Baseline(_Strict):
@@ -204,22 +195,15 @@ class Exit(_Strict):
 
 class Cluster(_Strict):
     kind: Literal["local", "slurm", "kubernetes"]
-    nodes: list[str] = Field(min_length=1, max_length=2)
-    queue: str
+    nodes: list[SafeName] = Field(min_length=1, max_length=2)
+    queue: SafeName
 
     @field_validator("nodes")
     @classmethod
-    def _nodes(cls, value: list[str]) -> list[str]:
-        for v in value:
-            _check_safe_name(v)
+    def _distinct(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError("node names repeat")
         return value
-
-    @field_validator("queue")
-    @classmethod
-    def _queue(cls, value: str) -> str:
-        return _check_safe_name(value)
 
 
 class Checkpointer(_Strict):
@@ -249,7 +233,7 @@ class Window(_Strict):
 
 
 class Plan(_Strict):
-    poc: str
+    poc: SafeName
     workload: Workload
     baseline: Baseline
     success: Success
@@ -260,11 +244,6 @@ class Plan(_Strict):
     repeats: int = Field(ge=3, description="runs per (measure, arm); one run proves nothing")
     window: Window
     data_dir: str = "data"
-
-    @field_validator("poc")
-    @classmethod
-    def _poc(cls, value: str) -> str:
-        return _check_safe_name(value)
 
     @model_validator(mode="after")
     def _coherent(self) -> Plan:
@@ -301,17 +280,18 @@ def _yaml_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None
     line = node.start_mark.line + 1 if node is not None else None
     for part in loc:
         if isinstance(node, yaml.MappingNode):
-            match = next((v for k, v in node.value if k.value == part), None)
+            match = next(((k, v) for k, v in node.value if k.value == part), None)
             if match is None:
                 break
-            node = match
+            key, node = match
+            line = key.start_mark.line + 1  # the key's line reads best ("success:")
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
             if part >= len(node.value):
                 break
             node = node.value[part]
+            line = node.start_mark.line + 1
         else:
             break
-        line = node.start_mark.line + 1
     return line
 
 
