@@ -8,9 +8,11 @@ it saw, which blocks the report.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import logging
 import os
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,10 +40,24 @@ class CheckResult:
         return f"{self.expectation} on {target}: observed {json.dumps(self.observed, default=str)}"
 
 
+@functools.cache
+def _context() -> Any:
+    """One ephemeral GX context per process (nothing written to disk), progress bars off."""
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    logging.getLogger("great_expectations").setLevel(logging.WARNING)
+    context = gx.get_context(mode="ephemeral")
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return context
+
+
 def build_suite(spec: DatasetSpec) -> Any:
     """The GX expectation suite a dataset's declaration implies."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
+
+    _context()
 
     suite = gx.ExpectationSuite(name=f"ckpt_poc.{spec.name}.v{spec.version}")
     suite.add_expectation(
@@ -81,14 +97,7 @@ def _gx_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 def validate_dataset(gate: str, spec: DatasetSpec, df: pd.DataFrame) -> list[CheckResult]:
     """Run the declaration's GX suite on ``df``; one CheckResult per expectation."""
-    import great_expectations as gx
-
-    logging.getLogger("great_expectations").setLevel(logging.WARNING)
-    from great_expectations.data_context.types.base import ProgressBarsConfig
-
-    context = gx.get_context(mode="ephemeral")
-    context.variables.progress_bars = ProgressBarsConfig(globally=False)
-    source = context.data_sources.add_pandas(name=f"{spec.name}_source")
+    source = _context().data_sources.add_pandas(name=f"{spec.name}-{uuid.uuid4().hex}")
     asset = source.add_dataframe_asset(name=spec.name)
     batch_def = asset.add_batch_definition_whole_dataframe(f"{spec.name}_whole")
     batch = batch_def.get_batch(batch_parameters={"dataframe": _gx_frame(df)})

@@ -221,21 +221,24 @@ def wait_node_idle(env: Mapping[str, str], timeout: float = 60.0) -> None:
 _SCRIPT = '#!/bin/bash\necho "job $SLURM_JOB_ID gpus=${{CUDA_VISIBLE_DEVICES:-none}}"\n{body}\n'
 
 
-def _script(body: str) -> str:
-    return _SCRIPT.format(body=body)
-
-
-def _case(
+def _submit_case(
+    env: Mapping[str, str],
     case: str,
-    job_id: str,
+    how: str,
     name: str,
-    gpus: int,
+    body: str,
     expected_states: list[str],
+    *args: str,
+    gpus: int = 0,
     chain: str | None = None,
     chain_position: int | None = None,
 ) -> dict:
+    """Submit one job of the mix; return its record (``attempts`` filled by _finish)."""
+    gres = [f"--gres=gpu:{gpus}"] if gpus else []
+    job_id = submit(_SCRIPT.format(body=body), f"--job-name={name}", *gres, *args, env=env)
     return {
         "case": case,
+        "how": how,
         "job_id": job_id,
         "name": name,
         "gpus": gpus,
@@ -246,130 +249,125 @@ def _case(
     }
 
 
-def _finish(record: dict, rows: list[dict[str, str]]) -> dict:
+def _finish(record: dict, env: Mapping[str, str], timeout: float = 60.0) -> dict:
+    """Wait until the job's attempts end as expected; store their sacct rows."""
+    expected = record["expected_states"]
+    rows = wait_state(record["job_id"], {expected[-1]}, timeout, env=env, attempts=len(expected))
     observed = [base_state(r["State"]) for r in rows]
-    if observed != record["expected_states"]:
+    if observed != expected:
         raise SlurmClusterError(
-            f"{record['case']} job {record['job_id']}: attempts {observed},"
-            f" expected {record['expected_states']}"
+            f"{record['case']} job {record['job_id']}: attempts {observed}, expected {expected}"
         )
     record["attempts"] = rows
     return record
 
 
-def _gres(gpus: int) -> list[str]:
-    return [f"--gres=gpu:{gpus}"] if gpus else []
-
-
 def _run_node_fail(env: Mapping[str, str]) -> dict:
-    """A running job killed by ``scontrol update state=down``; the node is resumed after."""
-    name, gpus = "mix-node-fail", 1
-    jid = submit(_script("sleep 300"), f"--job-name={name}", "--no-requeue", *_gres(gpus), env=env)
-    record = _case("node_fail", jid, name, gpus, ["NODE_FAIL"])
-    wait_state(jid, {"RUNNING"}, 30, env=env)
+    how = "`scontrol update nodename=N state=down reason=test` while RUNNING, then state=resume"
+    rec = _submit_case(
+        env, "node_fail", how, "mix-node-fail", "sleep 300", ["NODE_FAIL"], "--no-requeue", gpus=1
+    )
+    wait_state(rec["job_id"], {"RUNNING"}, 30, env=env)
     node = node_name(env)
     _run(["scontrol", "update", f"nodename={node}", "state=down", "reason=test"], env)
     try:
-        rows = wait_state(jid, {"NODE_FAIL"}, 30, env=env)
+        return _finish(rec, env, 30)
     finally:
         _run(["scontrol", "update", f"nodename={node}", "state=resume"], env)
         wait_node_idle(env)
-    return _finish(record, rows)
-
-
-def _run_completed(env: Mapping[str, str]) -> dict:
-    name, gpus = "mix-completed", 2
-    jid = submit(_script("sleep 2"), f"--job-name={name}", *_gres(gpus), env=env)
-    return _finish(
-        _case("completed", jid, name, gpus, ["COMPLETED"]),
-        wait_state(jid, {"COMPLETED"}, 60, env=env),
-    )
-
-
-def _run_failed(env: Mapping[str, str]) -> dict:
-    name = "mix-failed"
-    jid = submit(_script("sleep 1\nexit 3"), f"--job-name={name}", env=env)
-    return _finish(
-        _case("failed", jid, name, 0, ["FAILED"]), wait_state(jid, {"FAILED"}, 60, env=env)
-    )
 
 
 def _run_cancelled(env: Mapping[str, str]) -> dict:
-    name = "mix-cancelled"
-    jid = submit(_script("sleep 300"), f"--job-name={name}", env=env)
-    wait_state(jid, {"RUNNING"}, 30, env=env)
-    time.sleep(2)  # some elapsed time on record
-    _run(["scancel", jid], env)
-    return _finish(
-        _case("cancelled", jid, name, 0, ["CANCELLED"]),
-        wait_state(jid, {"CANCELLED"}, 60, env=env),
-    )
+    how = "`scancel` 2 s after sacct showed it RUNNING"
+    rec = _submit_case(env, "cancelled", how, "mix-cancelled", "sleep 300", ["CANCELLED"])
+    wait_state(rec["job_id"], {"RUNNING"}, 30, env=env)
+    time.sleep(2)
+    _run(["scancel", rec["job_id"]], env)
+    return _finish(rec, env)
 
 
 def _run_requeued(env: Mapping[str, str]) -> dict:
-    """``scontrol requeue`` while running; the second attempt runs to completion."""
-    name, gpus = "mix-requeued", 1
-    body = 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then sleep 2; else sleep 300; fi'
-    jid = submit(_script(body), f"--job-name={name}", "--time=5", *_gres(gpus), env=env)
-    wait_state(jid, {"RUNNING"}, 30, env=env)
-    time.sleep(2)
-    _run(["scontrol", "requeue", jid], env)
-    return _finish(
-        _case("requeued", jid, name, gpus, ["REQUEUED", "COMPLETED"]),
-        wait_state(jid, {"COMPLETED"}, 90, env=env, attempts=2),
+    how = (
+        "`scontrol requeue` 2 s after sacct showed it RUNNING (`--time=5`);"
+        " the second attempt (SLURM_RESTART_COUNT=1) sleeps 2 s and completes"
     )
+    body = 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then sleep 2; else sleep 300; fi'
+    rec = _submit_case(
+        env, "requeued", how, "mix-requeued", body, ["REQUEUED", "COMPLETED"], "--time=5", gpus=1
+    )
+    wait_state(rec["job_id"], {"RUNNING"}, 30, env=env)
+    time.sleep(2)
+    _run(["scontrol", "requeue", rec["job_id"]], env)
+    return _finish(rec, env, 90)
 
 
 def _run_chain(env: Mapping[str, str]) -> list[dict]:
     """A resubmission chain: ``train-chain`` fails, then is submitted again and completes."""
-    name, gpus = "train-chain", 1
-    first = submit(_script("sleep 2\nexit 1"), f"--job-name={name}", *_gres(gpus), env=env)
-    rec1 = _finish(
-        _case("chain_failed", first, name, gpus, ["FAILED"], chain=name, chain_position=0),
-        wait_state(first, {"FAILED"}, 60, env=env),
+    name = "train-chain"
+    first = _submit_case(
+        env,
+        "chain_failed",
+        "chain step 0: `exit 1`",
+        name,
+        "sleep 2\nexit 1",
+        ["FAILED"],
+        gpus=1,
+        chain=name,
+        chain_position=0,
     )
-    second = submit(_script("sleep 3"), f"--job-name={name}", *_gres(gpus), env=env)
-    rec2 = _finish(
-        _case("chain_completed", second, name, gpus, ["COMPLETED"], chain=name, chain_position=1),
-        wait_state(second, {"COMPLETED"}, 60, env=env),
+    _finish(first, env)
+    second = _submit_case(
+        env,
+        "chain_completed",
+        "chain step 1: same name, submitted after step 0 ended",
+        name,
+        "sleep 3",
+        ["COMPLETED"],
+        gpus=1,
+        chain=name,
+        chain_position=1,
     )
-    return [rec1, rec2]
-
-
-def _run_timeout(env: Mapping[str, str], jid: str) -> dict:
-    return _finish(
-        _case("timeout", jid, "mix-timeout", 1, ["TIMEOUT"]),
-        wait_state(jid, {"TIMEOUT"}, 180, env=env),
-    )
+    return [first, _finish(second, env)]
 
 
 def submit_job_mix(env: Mapping[str, str]) -> list[dict]:
     """Run real jobs ending in each state of interest; return one record per job.
 
-    Each record: ``case``, ``job_id``, ``name``, ``gpus``, ``expected_states`` (one per
-    attempt, oldest first), ``chain``/``chain_position`` (resubmission chain
-    membership, else None) and ``attempts`` (the sacct rows of :data:`SACCT_FIELDS`
-    observed for each attempt). Raises SlurmClusterError when a job ends otherwise.
+    Each record: ``case``, ``how``, ``job_id``, ``name``, ``gpus``, ``expected_states``
+    (one per attempt, oldest first), ``chain``/``chain_position`` (resubmission chain
+    membership, else None) and ``attempts`` (the sacct rows of :data:`SACCT_FIELDS`,
+    one per attempt). Raises SlurmClusterError when a job ends otherwise.
 
     Order: the NODE_FAIL case runs first and alone (downing the node kills every job
     on it), then the 2-GPU job; then the TIMEOUT job (1 GPU, --time=1, ends after
     75-90 s) is started and the rest run beside it (FAILED, CANCELLED and REQUEUED in
     parallel, then the train-chain). Returns when all are final and in sacct.
     """
-    records = [_run_node_fail(env), _run_completed(env)]
-    timeout_id = submit(
-        _script("sleep 600"), "--job-name=mix-timeout", "--time=1", *_gres(1), env=env
+    records = [_run_node_fail(env)]
+    completed = _submit_case(
+        env, "completed", "`sleep 2`", "mix-completed", "sleep 2", ["COMPLETED"], gpus=2
     )
+    records.append(_finish(completed, env))
+    timeout = _submit_case(
+        env,
+        "timeout",
+        "`--time=1`, `sleep 600`",
+        "mix-timeout",
+        "sleep 600",
+        ["TIMEOUT"],
+        "--time=1",
+        gpus=1,
+    )
+    failed = _submit_case(env, "failed", "`exit 3`", "mix-failed", "sleep 1\nexit 3", ["FAILED"])
     with ThreadPoolExecutor(max_workers=3) as pool:
         futures: list[Future] = [
-            pool.submit(_run_failed, env),
+            pool.submit(_finish, failed, env),
             pool.submit(_run_cancelled, env),
             pool.submit(_run_requeued, env),
         ]
-        parallel = [f.result() for f in futures]
-    records += parallel
+        records += [f.result() for f in futures]
     records += _run_chain(env)
-    records.append(_run_timeout(env, timeout_id))
+    records.append(_finish(timeout, env, 180))
     return records
 
 

@@ -1,0 +1,97 @@
+"""Dataset declarations: one schema drives writer, readers and GX suite; writes are atomic."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from tasks.datasets import DATASETS, GATES, conform, read_dataset, read_dataset_dask, write_dataset
+from tasks.errors import DatasetError
+from tasks.fingerprint import FINGERPRINT_COLUMNS, collect_fingerprint
+from tasks.gates import build_suite, validate_dataset
+
+
+@pytest.mark.parametrize("name", sorted(DATASETS))
+def test_declaration_drives_schema_dtypes_and_suite(name: str) -> None:
+    spec = DATASETS[name]
+    assert spec.arrow_schema.names == spec.column_names
+    assert list(spec.pandas_dtypes) == spec.column_names
+    suite = build_suite(spec)
+    kinds = [e.expectation_type if hasattr(e, "expectation_type") else type(e).__name__
+             for e in suite.expectations]  # fmt: skip
+    covered = {getattr(e, "column", None) for e in suite.expectations} - {None}
+    must = {c.name for c in spec.columns if not c.nullable or c.allowed or c.min is not None}
+    assert must <= covered, f"suite misses {must - covered}"
+    assert len(kinds) >= len(must)
+    for fp in FINGERPRINT_COLUMNS:
+        assert fp in spec.column_names
+
+
+def _gate_rows(n: int = 3, run_id: str = "r1") -> pd.DataFrame:
+    fp = collect_fingerprint()
+    now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
+    rows = [
+        {"poc": "p", "run_id": run_id, "gate": "g", "dataset": "d", "expectation": f"e{i}",
+         "column": None, "success": True, "observed": "{}", "checked_at": now, **fp}
+        for i in range(n)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_fingerprint_has_explicit_none_without_gpu() -> None:
+    fp = collect_fingerprint()
+    assert list(fp) == list(FINGERPRINT_COLUMNS)
+    assert fp["fp_cores"] > 0 and fp["fp_mem_bytes"] > 0
+    if fp["fp_gpu_count"] == 0:
+        assert fp["fp_gpu_model"] == fp["fp_driver"] == fp["fp_cuda"] == "none"
+
+
+def test_write_is_partitioned_atomic_and_append_only(tmp_path: Path) -> None:
+    files = write_dataset(_gate_rows(), GATES, data_dir=tmp_path, poc="p", run_id="r1")
+    assert [f.relative_to(tmp_path).as_posix() for f in files] == [
+        "p/gates/week=2026-W49/r1.parquet"
+    ]
+    with pytest.raises(DatasetError, match="append-only"):
+        write_dataset(_gate_rows(), GATES, data_dir=tmp_path, poc="p", run_id="r1")
+    assert not list(tmp_path.rglob("*.tmp")), "no temp file left behind"
+    write_dataset(_gate_rows(2, "r2"), GATES, data_dir=tmp_path, poc="p", run_id="r2")
+    df = read_dataset(GATES, data_dir=tmp_path, poc="p")
+    assert len(df) == 5
+    assert dict(df.dtypes) == GATES.pandas_dtypes
+    ddf = read_dataset_dask(GATES, data_dir=tmp_path, poc="p").compute()
+    assert dict(ddf.dtypes) == dict(df.dtypes)
+    assert len(read_dataset(GATES, data_dir=tmp_path, poc="p", run_id="r2")) == 2
+
+
+def test_a_bad_frame_is_refused_and_existing_data_untouched(tmp_path: Path) -> None:
+    first = write_dataset(_gate_rows(), GATES, data_dir=tmp_path, poc="p", run_id="r1")
+    before = first[0].read_bytes()
+    bad = _gate_rows().drop(columns=["gate"])
+    with pytest.raises(DatasetError, match="missing \\['gate'\\]"):
+        write_dataset(bad, GATES, data_dir=tmp_path, poc="p", run_id="r2")
+    wrong_type = _gate_rows().assign(success="maybe")
+    with pytest.raises(DatasetError):
+        write_dataset(wrong_type, GATES, data_dir=tmp_path, poc="p", run_id="r3")
+    assert first[0].read_bytes() == before
+    assert len(list(tmp_path.rglob("*.parquet"))) == 1
+
+
+def test_gx_suite_catches_violations_and_names_them() -> None:
+    df = _gate_rows()
+    df.loc[1, "gate"] = None
+    checks = validate_dataset("t", GATES, df)
+    failed = [c for c in checks if not c.success]
+    assert [(c.expectation, c.column) for c in failed] == [
+        ("expect_column_values_to_not_be_null", "gate")
+    ]
+    assert "unexpected_count" in failed[0].describe()
+
+
+def test_conform_orders_and_casts() -> None:
+    t = conform(_gate_rows()[list(reversed(GATES.column_names))], GATES)
+    assert t.schema.names == GATES.column_names
+    assert t.schema.field("checked_at").type == pa.timestamp("us", tz="UTC")

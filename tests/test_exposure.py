@@ -1,0 +1,84 @@
+"""Exposure: per-state totals, exposed GPU-hours and resubmission chains, by hand-checked cases."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tasks.exposure import compute_exposure, find_chains
+
+
+def job(jid, state, submit, end, gpus=1, elapsed=3600, user="u", account="a", name="n",
+        nnodes=1, step=None, cluster="c"):  # fmt: skip
+    return {
+        "cluster": cluster, "job_id": jid, "job_id_raw": jid.split("_")[0], "user": user,
+        "account": account, "job_name": name, "state": state, "state_raw": state,
+        "submit": pd.Timestamp(submit, tz="UTC"), "start": pd.Timestamp(submit, tz="UTC"),
+        "end": pd.Timestamp(end, tz="UTC") if end else pd.NaT, "elapsed_s": elapsed,
+        "nnodes": nnodes, "gpus": gpus, "is_allocation": step is None,
+    }  # fmt: skip
+
+
+def frame(*rows) -> pd.DataFrame:
+    return pd.DataFrame(list(rows))
+
+
+def test_states_hours_and_exposure() -> None:
+    jobs = frame(
+        job("1", "COMPLETED", "2026-01-01 00:00", "2026-01-01 01:00", gpus=4),
+        job("2", "FAILED", "2026-01-01 00:00", "2026-01-01 01:00", gpus=2, nnodes=2),
+        job("3", "TIMEOUT", "2026-01-01 00:00", "2026-01-01 02:00", gpus=8, elapsed=7200),
+        job("4", "CANCELLED", "2026-01-01 00:00", "2026-01-01 01:00", gpus=1),
+        job("5", "OUT_OF_MEMORY", "2026-01-01 00:00", "2026-01-01 00:30", gpus=1, elapsed=1800),
+        job("6", "COMPLETED", "2026-01-01 00:00", "2026-01-01 01:00", gpus=4, step="batch"),
+    )
+    exp = compute_exposure(jobs)
+    s = exp.summary(rows_read=6, rows_quarantined=0)
+    assert s["allocations_by_state"] == {
+        "CANCELLED": 1, "COMPLETED": 1, "FAILED": 1, "OUT_OF_MEMORY": 1, "TIMEOUT": 1,
+    }  # steps do not count
+    assert s["gpu_hours_by_state"]["TIMEOUT"] == pytest.approx(16.0)
+    assert s["node_hours_by_state"]["FAILED"] == pytest.approx(2.0)
+    assert s["exposed_gpu_hours"] == pytest.approx(2.0 + 16.0 + 0.5)  # not CANCELLED
+    assert s["timeout_gpu_hours"] == pytest.approx(16.0)
+    top = exp.candidates.iloc[0]
+    assert top["rank"] == 1 and top["exposed_gpu_hours"] == pytest.approx(18.5)
+
+
+def test_duplicate_captures_count_once() -> None:
+    row = job("1", "FAILED", "2026-01-01 00:00", "2026-01-01 01:00")
+    exp = compute_exposure(frame(row, row))
+    assert exp.duplicates_ignored == 1
+    assert exp.summary(2, 0)["allocations_by_state"] == {"FAILED": 1}
+
+
+def test_resubmission_chains() -> None:
+    jobs = frame(
+        # A chain: fails, resubmitted 2 h later, times out, resubmitted, completes.
+        job("10", "FAILED", "2026-01-01 00:00", "2026-01-01 01:00"),
+        job("11", "TIMEOUT", "2026-01-01 03:00", "2026-01-01 05:00"),
+        job("12", "COMPLETED", "2026-01-01 06:00", "2026-01-01 07:00"),
+        # Not a chain: the next one comes after a COMPLETED one.
+        job("13", "COMPLETED", "2026-01-02 00:00", "2026-01-02 01:00"),
+        # Not a chain: more than 24 h after the failure.
+        job("20", "FAILED", "2026-01-01 00:00", "2026-01-01 01:00", name="m"),
+        job("21", "COMPLETED", "2026-01-02 02:00", "2026-01-02 03:00", name="m"),
+        # Not a chain: another user with the same job name.
+        job("30", "FAILED", "2026-01-01 00:00", "2026-01-01 01:00", name="k"),
+        job("31", "COMPLETED", "2026-01-01 02:00", "2026-01-01 03:00", name="k", user="v"),
+        # A requeue under the same job id is not a resubmission, but a later one is.
+        job("40", "REQUEUED", "2026-01-01 00:00", "2026-01-01 00:10", name="q"),
+        job("40", "NODE_FAIL", "2026-01-01 00:11", "2026-01-01 00:20", name="q"),
+        job("41", "COMPLETED", "2026-01-01 00:30", "2026-01-01 01:20", name="q"),
+    )
+    chains, chain_of, _ = find_chains(jobs)
+    assert chains == [["10", "11", "12"], ["40", "41"]]
+    assert list(chain_of[:4]) == [0, 0, 0, -1]
+
+
+def test_submitted_before_the_failure_ended_is_not_a_resubmission() -> None:
+    jobs = frame(
+        job("1", "FAILED", "2026-01-01 00:00", "2026-01-01 05:00"),
+        job("2", "COMPLETED", "2026-01-01 01:00", "2026-01-01 02:00"),
+    )
+    assert find_chains(jobs)[0] == []
