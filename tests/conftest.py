@@ -2,6 +2,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -56,12 +62,67 @@ def delete_marker():
     return _DELETE
 
 
-@pytest.fixture(scope="session")
-def prefect_harness():
-    from prefect.testing.utilities import prefect_test_harness
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
-    with prefect_test_harness(server_startup_timeout=120):
-        yield
+
+@pytest.fixture(scope="session")
+def prefect_api(tmp_path_factory) -> Iterator[str]:
+    """A real `prefect server` for the session; its API URL, for CLI subprocesses."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    log = open(home / "server.log", "wb")  # noqa: SIM115 - closed in the finaliser
+    server = subprocess.Popen(
+        ["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}/api"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+                    if resp.status == 200:
+                        break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"prefect server did not start: see {home}/server.log")
+            time.sleep(0.5)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+        log.close()
+
+
+@pytest.fixture
+def cli(prefect_api: str):
+    """Run `ckpt-poc ARGS` as a user would, against the session's Prefect server."""
+
+    def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        full_env = {**os.environ, "PREFECT_API_URL": prefect_api, **(env or {})}
+        full_env = {k: v for k, v in full_env.items() if v is not None}
+        return subprocess.run(
+            [sys.executable, "-m", "flows.cli", *args],
+            cwd=REPO,
+            env=full_env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    return _run
 
 
 @pytest.fixture

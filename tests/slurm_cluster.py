@@ -286,15 +286,13 @@ def _run_cancelled(env: Mapping[str, str]) -> dict:
     return _finish(rec, env)
 
 
-def _run_requeued(env: Mapping[str, str]) -> dict:
+def _run_requeued(env: Mapping[str, str], case: str, name: str, *args: str, gpus: int = 0) -> dict:
     how = (
-        "`scontrol requeue` 2 s after sacct showed it RUNNING (`--time=5`);"
+        f"`scontrol requeue` 2 s after sacct showed it RUNNING ({' '.join(args) or 'no --time'});"
         " the second attempt (SLURM_RESTART_COUNT=1) sleeps 2 s and completes"
     )
     body = 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then sleep 2; else sleep 300; fi'
-    rec = _submit_case(
-        env, "requeued", how, "mix-requeued", body, ["REQUEUED", "COMPLETED"], "--time=5", gpus=1
-    )
+    rec = _submit_case(env, case, how, name, body, ["REQUEUED", "COMPLETED"], *args, gpus=gpus)
     wait_state(rec["job_id"], {"RUNNING"}, 30, env=env)
     time.sleep(2)
     _run(["scontrol", "requeue", rec["job_id"]], env)
@@ -340,8 +338,9 @@ def submit_job_mix(env: Mapping[str, str]) -> list[dict]:
 
     Order: the NODE_FAIL case runs first and alone (downing the node kills every job
     on it), then the 2-GPU job; then the TIMEOUT job (1 GPU, --time=1, ends after
-    75-90 s) is started and the rest run beside it (FAILED, CANCELLED and REQUEUED in
-    parallel, then the train-chain). Returns when all are final and in sacct.
+    75-90 s) is started and the rest run beside it (FAILED, CANCELLED and two REQUEUED,
+    with and without --time, in parallel, then the train-chain). Returns when all are
+    final and in sacct.
     """
     records = [_run_node_fail(env)]
     completed = _submit_case(
@@ -359,11 +358,13 @@ def submit_job_mix(env: Mapping[str, str]) -> list[dict]:
         gpus=1,
     )
     failed = _submit_case(env, "failed", "`exit 3`", "mix-failed", "sleep 1\nexit 3", ["FAILED"])
-    with ThreadPoolExecutor(max_workers=3) as pool:
+    with ThreadPoolExecutor(max_workers=4) as pool:
         futures: list[Future] = [
             pool.submit(_finish, failed, env),
             pool.submit(_run_cancelled, env),
-            pool.submit(_run_requeued, env),
+            pool.submit(_run_requeued, env, "requeued", "mix-requeued", "--time=5", gpus=1),
+            # Without a time limit: its REQUEUED row shows Timelimit 365-00:00:00.
+            pool.submit(_run_requeued, env, "requeued_nolimit", "mix-requeued-nolimit"),
         ]
         records += [f.result() for f in futures]
     records += _run_chain(env)

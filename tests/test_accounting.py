@@ -66,7 +66,7 @@ def test_every_documented_shape_parses() -> None:
 
 
 def test_header_less_dump_in_our_format() -> None:
-    jobs, quarantine, read = parse("\n".join(ROWS) + "\n")
+    jobs, quarantine, _ = parse("\n".join(ROWS) + "\n")
     assert quarantine == [] and jobs.num_rows == len(ROWS)
     assert jobs.column("source_line").to_pylist()[0] == 1
 
@@ -82,7 +82,10 @@ def test_parsable_trailing_delimiter_and_other_delimiter() -> None:
 
 def test_header_in_another_order_with_missing_optional_fields() -> None:
     header = "State|JobID|User|Account|JobName|Submit|Start|End|Elapsed|AllocTRES"
-    row = "FAILED|7|u|a|n|2026-11-01T00:00:00|2026-11-01T00:00:00|2026-11-01T02:00:00|02:00:00|gres/gpu=2"
+    row = (
+        "FAILED|7|u|a|n|2026-11-01T00:00:00|2026-11-01T00:00:00|2026-11-01T02:00:00|"
+        "02:00:00|gres/gpu=2"
+    )
     jobs, quarantine, _ = parse(f"{header}\n{row}\n")
     r = jobs.to_pylist()[0]
     assert quarantine == [] and r["state"] == "FAILED" and r["elapsed_s"] == 7200 and r["gpus"] == 2
@@ -114,9 +117,11 @@ def test_bad_rows_are_quarantined_with_reason_and_line() -> None:
 
 
 def test_invalid_utf8_job_name_is_quarantined_not_crashing() -> None:
-    data = (HEADER + "\n" + ROWS[0] + "\n").encode() + ROWS[0].replace(
-        "train", "tr\xffain"
-    ).encode("latin-1") + b"\n"
+    data = (
+        (HEADER + "\n" + ROWS[0] + "\n").encode()
+        + ROWS[0].replace("train", "tr\xffain").encode("latin-1")
+        + b"\n"
+    )
     jobs, quarantine, read = parse(data)
     assert jobs.num_rows == 1 and len(quarantine) == 1 and read == 2
     assert "UTF-8" in quarantine[0].reason
@@ -165,26 +170,45 @@ def test_sacct_json_becomes_the_same_rows() -> None:
     doc = {
         "jobs": [
             {
-                "job_id": 42, "name": "train", "user": "alice", "account": "proj",
-                "cluster": "c1", "partition": "gpu", "nodes": "n1",
+                "job_id": 42,
+                "name": "train",
+                "user": "alice",
+                "account": "proj",
+                "cluster": "c1",
+                "partition": "gpu",
+                "nodes": "n1",
                 "state": {"current": "FAILED", "reason": "None"},
                 "exit_code": {"status": "FAILED", "return_code": 3},
-                "time": {"submission": 1767225600, "start": 1767225605, "end": 1767229205,
-                         "elapsed": 3600, "limit": 60},
-                "tres": {"allocated": [{"type": "cpu", "name": "", "count": 2},
-                                       {"type": "gres", "name": "gpu", "count": 2},
-                                       {"type": "node", "name": "", "count": 1}]},
-                "allocation_nodes": 1, "array": {"job_id": 0, "task_id": None},
+                "time": {
+                    "submission": 1767225600,
+                    "start": 1767225605,
+                    "end": 1767229205,
+                    "elapsed": 3600,
+                    "limit": 60,
+                },
+                "tres": {
+                    "allocated": [
+                        {"type": "cpu", "name": "", "count": 2},
+                        {"type": "gres", "name": "gpu", "count": 2},
+                        {"type": "node", "name": "", "count": 1},
+                    ]
+                },
+                "allocation_nodes": 1,
+                "array": {"job_id": 0, "task_id": None},
                 "het": {"job_id": 0, "job_offset": None},
             }
         ]
-    }  # fmt: skip
+    }
     psv = acct.sacct_json_to_psv(json.dumps(doc).encode(), "x.json")
     jobs, quarantine, _ = parse(psv)
     r = jobs.to_pylist()[0]
     assert quarantine == []
     assert (r["job_id"], r["state"], r["gpus"], r["elapsed_s"], r["timelimit_s"]) == (
-        "42", "FAILED", 2, 3600, 3600,
+        "42",
+        "FAILED",
+        2,
+        3600,
+        3600,
     )
 
 

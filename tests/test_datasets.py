@@ -21,8 +21,10 @@ def test_declaration_drives_schema_dtypes_and_suite(name: str) -> None:
     assert spec.arrow_schema.names == spec.column_names
     assert list(spec.pandas_dtypes) == spec.column_names
     suite = build_suite(spec)
-    kinds = [e.expectation_type if hasattr(e, "expectation_type") else type(e).__name__
-             for e in suite.expectations]  # fmt: skip
+    kinds = [
+        e.expectation_type if hasattr(e, "expectation_type") else type(e).__name__
+        for e in suite.expectations
+    ]
     covered = {getattr(e, "column", None) for e in suite.expectations} - {None}
     must = {c.name for c in spec.columns if not c.nullable or c.allowed or c.min is not None}
     assert must <= covered, f"suite misses {must - covered}"
@@ -35,10 +37,20 @@ def _gate_rows(n: int = 3, run_id: str = "r1") -> pd.DataFrame:
     fp = collect_fingerprint()
     now = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)
     rows = [
-        {"poc": "p", "run_id": run_id, "gate": "g", "dataset": "d", "expectation": f"e{i}",
-         "column": None, "success": True, "observed": "{}", "checked_at": now, **fp}
+        {
+            "poc": "p",
+            "run_id": run_id,
+            "gate": "g",
+            "dataset": "d",
+            "expectation": f"e{i}",
+            "column": None,
+            "success": True,
+            "observed": "{}",
+            "checked_at": now,
+            **fp,
+        }
         for i in range(n)
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows)
 
 

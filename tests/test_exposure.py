@@ -8,15 +8,37 @@ import pytest
 from tasks.exposure import compute_exposure, find_chains
 
 
-def job(jid, state, submit, end, gpus=1, elapsed=3600, user="u", account="a", name="n",
-        nnodes=1, step=None, cluster="c"):  # fmt: skip
+def job(
+    jid,
+    state,
+    submit,
+    end,
+    gpus=1,
+    elapsed=3600,
+    user="u",
+    account="a",
+    name="n",
+    nnodes=1,
+    step=None,
+    cluster="c",
+):
     return {
-        "cluster": cluster, "job_id": jid, "job_id_raw": jid.split("_")[0], "user": user,
-        "account": account, "job_name": name, "state": state, "state_raw": state,
-        "submit": pd.Timestamp(submit, tz="UTC"), "start": pd.Timestamp(submit, tz="UTC"),
-        "end": pd.Timestamp(end, tz="UTC") if end else pd.NaT, "elapsed_s": elapsed,
-        "nnodes": nnodes, "gpus": gpus, "is_allocation": step is None,
-    }  # fmt: skip
+        "cluster": cluster,
+        "job_id": jid,
+        "job_id_raw": jid.split("_")[0],
+        "user": user,
+        "account": account,
+        "job_name": name,
+        "state": state,
+        "state_raw": state,
+        "submit": pd.Timestamp(submit, tz="UTC"),
+        "start": pd.Timestamp(submit, tz="UTC"),
+        "end": pd.Timestamp(end, tz="UTC") if end else pd.NaT,
+        "elapsed_s": elapsed,
+        "nnodes": nnodes,
+        "gpus": gpus,
+        "is_allocation": step is None,
+    }
 
 
 def frame(*rows) -> pd.DataFrame:
@@ -35,7 +57,11 @@ def test_states_hours_and_exposure() -> None:
     exp = compute_exposure(jobs)
     s = exp.summary(rows_read=6, rows_quarantined=0)
     assert s["allocations_by_state"] == {
-        "CANCELLED": 1, "COMPLETED": 1, "FAILED": 1, "OUT_OF_MEMORY": 1, "TIMEOUT": 1,
+        "CANCELLED": 1,
+        "COMPLETED": 1,
+        "FAILED": 1,
+        "OUT_OF_MEMORY": 1,
+        "TIMEOUT": 1,
     }  # steps do not count
     assert s["gpu_hours_by_state"]["TIMEOUT"] == pytest.approx(16.0)
     assert s["node_hours_by_state"]["FAILED"] == pytest.approx(2.0)
