@@ -719,13 +719,13 @@ def _number(value: Any) -> Any:
 def _tres_text(entries: Sequence[dict[str, Any]]) -> str:
     items = []
     for e in entries or []:
+        count = _number(e.get("count"))
+        if count is None:  # e.g. energy, which 22.05 lists with a null count
+            continue
         name = e.get("type", "")
         if e.get("name"):
             name = f"{name}/{e['name']}"
-        if name == "mem":
-            items.append(f"mem={int(e.get('count', 0))}M")
-        else:
-            items.append(f"{name}={int(e.get('count', 0))}")
+        items.append(f"mem={int(count)}M" if name == "mem" else f"{name}={int(count)}")
     return ",".join(items)
 
 
@@ -753,7 +753,15 @@ def _clean(value: Any) -> str:
     return str(value if value is not None else "").replace("|", "/").replace("\n", " ")
 
 
+def _json_exit(exit_code: dict[str, Any] | None) -> str:
+    exit_code = exit_code or {}
+    rc = _number(exit_code.get("return_code")) or 0
+    sig = _number((exit_code.get("signal") or {}).get("signal_id")) or 0
+    return f"{rc}:{sig}"
+
+
 def _json_job_rows(job: dict[str, Any]) -> list[str]:
+    """One allocation row and one row per step, in SACCT_FIELDS order."""
     job_id = str(job["job_id"])
     array = job.get("array") or {}
     task = _number(array.get("task_id"))
@@ -763,38 +771,65 @@ def _json_job_rows(job: dict[str, Any]) -> list[str]:
     if _number(het.get("job_id")) and _number(het.get("job_offset")) is not None:
         shown = f"{_number(het['job_id'])}+{_number(het['job_offset'])}"
     time = job.get("time") or {}
-    state = job.get("state") or {}
-    state_text = state.get("current") if isinstance(state, dict) else state
-    if isinstance(state_text, list):
-        state_text = state_text[0] if state_text else ""
-    exit_code = job.get("exit_code") or {}
-    rc = _number(exit_code.get("return_code")) or 0
-    sig = _number((exit_code.get("signal") or {}).get("signal_id")) or 0
     limit = _number(time.get("limit"))
-    tres = (job.get("tres") or {}).get("allocated") or []
-    nnodes = job.get("allocation_nodes") or 0
+    user, account = job.get("user", ""), job.get("account", "")
     fields = [
         shown,
         job_id,
         job.get("cluster", ""),
         job.get("partition", ""),
-        job.get("user", ""),
-        job.get("account", ""),
+        user,
+        account,
         job.get("name", ""),
-        state_text or "",
-        f"{rc}:{sig}",
+        _json_state(job.get("state")),
+        _json_exit(job.get("exit_code")),
         _fmt_time(time.get("submission")),
         _fmt_time(time.get("start")),
         _fmt_time(time.get("end")),
         "",
         str(int(_number(time.get("elapsed")) or 0)),
         str(limit) if limit else "UNLIMITED",
-        str(nnodes),
+        str(job.get("allocation_nodes") or 0),
         "",
-        _tres_text(tres),
+        _tres_text((job.get("tres") or {}).get("allocated") or []),
         job.get("nodes", ""),
     ]
-    return ["|".join(_clean(f) for f in fields)]
+    rows = [fields]
+    for step in job.get("steps") or []:
+        st_time = step.get("time") or {}
+        step_id = (step.get("step") or {}).get("id", "")
+        nodes = step.get("nodes") or {}
+        rows.append(
+            [
+                f"{shown}.{step_id}",
+                f"{job_id}.{step_id}",
+                job.get("cluster", ""),
+                "",
+                "",
+                account,
+                (step.get("step") or {}).get("name", ""),
+                _json_state(step.get("state")),
+                _json_exit(step.get("exit_code")),
+                _fmt_time(st_time.get("start")),
+                _fmt_time(st_time.get("start")),
+                _fmt_time(st_time.get("end")),
+                "",
+                str(int(_number(st_time.get("elapsed")) or 0)),
+                "",
+                str(nodes.get("count") or 0),
+                "",
+                _tres_text((step.get("tres") or {}).get("allocated") or []),
+                nodes.get("range", ""),
+            ]
+        )
+    return ["|".join(_clean(f) for f in row) for row in rows]
+
+
+def _json_state(state: Any) -> str:
+    text = state.get("current") if isinstance(state, dict) else state
+    if isinstance(text, list):  # newer Slurm: a list of flags, the first being the state
+        text = text[0] if text else ""
+    return str(text or "")
 
 
 # --- live sacct ------------------------------------------------------------------------------
