@@ -2,16 +2,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from prefect_server import PrefectStack, alive
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -62,56 +60,36 @@ def delete_marker():
     return _DELETE
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
-def prefect_api(tmp_path_factory) -> Iterator[str]:
-    """A real `prefect server` for the session; its API URL, for CLI subprocesses."""
-    home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
-    env = {**os.environ, "PREFECT_HOME": str(home), "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
-    log = open(home / "server.log", "wb")  # noqa: SIM115 - closed in the finaliser
-    server = subprocess.Popen(
-        ["prefect", "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
+def prefect_stack(tmp_path_factory) -> Iterator[PrefectStack]:
+    """A real Prefect server, the process work pool, the deployments and a worker, shared by
+    the session (scripts/prefect-up on a free port with a private PREFECT_HOME)."""
+    stack = PrefectStack(
+        tmp_path_factory.mktemp("prefect"),
+        env={
+            "CKPT_POC_PSEUDONYM_KEY": os.environ["CKPT_POC_PSEUDONYM_KEY"],
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+        },
     )
-    url = f"http://127.0.0.1:{port}/api"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"prefect server did not start: see {home}/server.log")
-            time.sleep(0.5)
-        yield url
+        stack.up()
+        yield stack
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+        report = stack.down()
+    assert set(stack.started) == {"server", "worker"}
+    assert report.clean, (
+        f"prefect-down rc={report.returncode}; alive after it (killed now): "
+        f"{report.still_alive}; still carrying PREFECT_HOME: {report.leftovers}\n{report.output}"
+    )
+    assert not any(alive(pid) for pid in stack.started.values())
 
 
 @pytest.fixture
-def cli(prefect_api: str):
-    """Run `ckpt-poc ARGS` as a user would, against the session's Prefect server."""
+def cli(prefect_stack: PrefectStack):
+    """Run `ckpt-poc ARGS` as a user would; its flow runs show on the session's server."""
 
     def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-        full_env = {**os.environ, "PREFECT_API_URL": prefect_api, **(env or {})}
+        full_env = {**os.environ, "PREFECT_API_URL": prefect_stack.api_url, **(env or {})}
         full_env = {k: v for k, v in full_env.items() if v is not None}
         return subprocess.run(
             [sys.executable, "-m", "flows.cli", *args],

@@ -23,6 +23,7 @@ reports any left after ``scripts/prefect-down``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -80,6 +81,17 @@ def processes_with_home(home: Path) -> list[int]:
     return sorted(found)
 
 
+def _kill(pids: list[int], grace: float = 5.0) -> None:
+    """SIGTERM these pids, then SIGKILL those still alive after ``grace`` seconds."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while any(alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+
 def _clean_env() -> dict[str, str]:
     """The caller's environment without Prefect or prefect-up settings (e.g. an exported
     PREFECT_API_URL of a developer's own server)."""
@@ -94,7 +106,8 @@ def _clean_env() -> dict[str, str]:
 class DownReport:
     returncode: int
     output: str
-    still_alive: list[int]  # pids from the pid files alive after prefect-down (then killed)
+    # Both are killed by PrefectStack.down after prefect-down, and make the report unclean.
+    still_alive: list[int]  # pids from the pid files alive after prefect-down
     leftovers: list[int]  # any process still carrying this PREFECT_HOME
 
     @property
@@ -172,8 +185,9 @@ class PrefectStack:
         return proc.stdout
 
     def down(self, timeout: float = 60) -> DownReport:
-        """Run scripts/prefect-down; never raises. Whatever it leaves of the pid-file
-        processes is SIGKILLed here (and reported)."""
+        """Run scripts/prefect-down; never raises. Whatever it leaves (pid-file processes,
+        or any process carrying this PREFECT_HOME, e.g. a flow run still going) is killed
+        here by pid and reported."""
         self.started.update(self.pid_files())
         try:
             proc = subprocess.run(
@@ -188,12 +202,9 @@ class PrefectStack:
         except subprocess.TimeoutExpired as exc:
             rc, output = -1, f"prefect-down timed out after {timeout}s: {exc}"
         still = [pid for pid in self.started.values() if alive(pid)]
-        for pid in still:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        return DownReport(rc, output, still, processes_with_home(self.home))
+        leftovers = processes_with_home(self.home)
+        _kill(sorted(set(still) | set(leftovers)))
+        return DownReport(rc, output, still, leftovers)
 
     def prefect(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """Run the Prefect CLI of this environment against this server."""

@@ -1,0 +1,119 @@
+"""The deployment path end to end: a real Prefect server, the `ckpt-poc` process work pool,
+`prefect deploy --all` of prefect.yaml and a worker (all through scripts/prefect-up on a
+free port with a private PREFECT_HOME), then `prefect deployment run ... --watch`.
+
+About a minute on two cores: server start ~10-15 s, deploy ~5 s, each flow run ~5-15 s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+from prefect_server import REPO, PrefectStack, alive
+
+pytestmark = pytest.mark.prefect_server
+
+
+SACCT_HEADER = (
+    "JobID|JobIDRaw|Cluster|Partition|User|Account|JobName|State|ExitCode|Submit|Start|End|"
+    "Elapsed|ElapsedRaw|Timelimit|NNodes|NCPUS|AllocTRES|NodeList"
+)
+TRES = "cpu=8,gres/gpu=4,mem=64G,node=1"
+SACCT_ROWS = [
+    f"100|100|c1|gpu|alice|proj|train|FAILED|1:0|2026-11-01T10:00:00|2026-11-01T10:00:05|"
+    f"2026-11-01T11:00:05|01:00:00|3600|1-00:00:00|1|8|{TRES}|n1",
+    "101|101|c1|gpu|bob|proj|eval|COMPLETED|0:0|2026-11-01T12:00:00|2026-11-01T12:00:10|"
+    "2026-11-01T12:30:10|00:30:00|1800|1-00:00:00|1|4|cpu=4,gres/gpu=1,mem=16G,node=1|n2",
+    f"102|102|c1|gpu|alice|proj|train|TIMEOUT|0:0|2026-11-02T10:00:00|2026-11-02T10:00:05|"
+    f"2026-11-03T10:00:05|1-00:00:00|86400|1-00:00:00|1|8|{TRES}|n1",
+    # Not a timestamp: quarantined, so the quarantine dataset gets a file too.
+    f"103|103|c1|gpu|carol|proj|broken|COMPLETED|0:0|not-a-date|2026-11-01T10:00:05|"
+    f"2026-11-01T11:00:05|01:00:00|3600|1-00:00:00|1|8|{TRES}|n1",
+]
+
+
+@pytest.fixture
+def stack(prefect_stack: PrefectStack) -> PrefectStack:
+    return prefect_stack
+
+
+@pytest.fixture
+def tmp_plan(tmp_path: Path) -> Path:
+    """plans/demo.yaml pointed at a small sacct -P dump and a tmp data_dir."""
+    sacct = tmp_path / "sacct.psv"
+    sacct.write_text("\n".join([SACCT_HEADER, *SACCT_ROWS]) + "\n")
+    plan = yaml.safe_load((REPO / "plans" / "demo.yaml").read_text())
+    plan["baseline"]["source"] = {"kind": "sacct-file", "path": str(sacct)}
+    plan["data_dir"] = str(tmp_path / "data")
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return path
+
+
+def test_deployments_match_prefect_yaml(stack: PrefectStack) -> None:
+    for flow, entrypoint in [
+        ("plan_check", "flows/plan_check.py:plan_check"),
+        ("baseline", "flows/baseline.py:baseline"),
+    ]:
+        dep = stack.deployment(flow, flow)
+        assert dep["entrypoint"] == entrypoint
+        assert dep["work_pool_name"] == "ckpt-poc"
+        assert dep["parameters"] == {"plan_path": "plans/demo.yaml"}
+        assert dep["schedules"] == []
+        # The {{ $CKPT_POC_REPO }} placeholder was filled at deploy time with this clone.
+        assert dep["pull_steps"] == [
+            {"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}
+        ]
+
+
+def test_plan_check_runs_in_the_repo_checkout(stack: PrefectStack) -> None:
+    # The default plan_path is relative: it resolves only if the run's cwd is the repo.
+    run_id, proc = stack.run_deployment("plan_check/plan_check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr + stack.log_tail()
+    assert run_id and stack.flow_run(run_id)["state"]["type"] == "COMPLETED"
+
+
+def test_baseline_deployment_writes_datasets_and_summary(
+    stack: PrefectStack, tmp_plan: Path
+) -> None:
+    run_id, proc = stack.run_deployment("baseline/baseline", {"plan_path": str(tmp_plan)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr + stack.log_tail()
+    assert "Completed" in proc.stdout
+    assert run_id is not None
+
+    run = stack.flow_run(run_id)
+    assert run["state"]["type"] == "COMPLETED"
+    assert run["parameters"] == {"plan_path": str(tmp_plan)}
+
+    # Datasets: <data_dir>/<poc>/<dataset>/week=YYYY-Www/<run_id>.parquet (run id = flow run).
+    base = tmp_plan.parent / "data" / "demo"
+    rows = {}
+    for dataset in ("jobs", "exposure", "quarantine"):
+        files = sorted(base.glob(f"{dataset}/week=*/{run_id}*.parquet"))
+        assert files, f"no {dataset} parquet of run {run_id} under {base}"
+        rows[dataset] = sum(pq.read_metadata(f).num_rows for f in files)
+    assert rows["jobs"] == 3
+    assert rows["quarantine"] == 1
+    assert rows["exposure"] >= 1
+
+    summary = stack.artifacts(run_id, key="baseline-summary")
+    assert len(summary) == 1
+    assert summary[0]["type"] == "markdown"
+    assert summary[0]["data"].strip()
+    exposure = stack.artifacts(run_id, key="baseline-exposure")
+    assert len(exposure) == 1 and exposure[0]["type"] == "table"
+
+
+def test_prefect_up_again_keeps_processes_and_redeploys_cleanly(stack: PrefectStack) -> None:
+    before = stack.pid_files()
+    stack.up()
+    assert stack.pid_files() == before
+    assert all(alive(pid) for pid in before.values())
+    deploy_log = (stack.dir / "log" / "deploy.log").read_text()
+    # This call's deploy updated both deployments, without (schedule) warnings.
+    for name in ("plan_check/plan_check", "baseline/baseline"):
+        assert f"Deployment '{name}' successfully" in deploy_log
+    assert "Warning" not in deploy_log
