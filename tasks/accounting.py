@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
@@ -157,13 +158,21 @@ class Pseudonymiser:
     def __repr__(self) -> str:
         return "Pseudonymiser(<key hidden>)"
 
-    def token(self, prefix: str, value: bytes) -> str:
-        digest = hmac.new(self._key, prefix.encode() + b"\0" + value, hashlib.sha256)
+    def token(self, prefix: str, value: str | bytes) -> str:
+        data = value.encode() if isinstance(value, str) else value
+        digest = hmac.new(self._key, prefix.encode() + b"\0" + data, hashlib.sha256)
         return f"{prefix}-{digest.hexdigest()[:16]}"
 
     def column(self, prefix: str, values: pa.Array) -> pa.Array:
-        """Pseudonymise a binary column, hashing each distinct value once."""
-        return _map_distinct(values, lambda v: self.token(prefix, v or b""), pa.string())
+        """Pseudonymise a column, hashing each distinct value once (dictionary-encoded out)."""
+        encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
+        distinct = encoded.dictionary.to_pylist()
+        tokens = [self.token(prefix, v or b"") for v in distinct]
+        indices = encoded.indices
+        if indices.null_count:  # a missing identity is pseudonymised as the empty one
+            tokens.append(self.token(prefix, b""))
+            indices = pc.fill_null(indices, len(tokens) - 1)
+        return pa.DictionaryArray.from_arrays(indices, pa.array(tokens, pa.string()))
 
 
 def load_pseudonym_key(secret_block: str | None = None) -> tuple[bytes, str]:
@@ -191,17 +200,17 @@ def load_pseudonym_key(secret_block: str | None = None) -> tuple[bytes, str]:
 # --- vectorised helpers ----------------------------------------------------------------------
 
 
+def _text(value: str | bytes | None) -> str:
+    if value is None:
+        return ""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 def _map_distinct(values: pa.Array, fn: Callable[[Any], Any], out_type: pa.DataType) -> pa.Array:
     """Apply ``fn`` once per distinct value and spread the results back over the rows."""
-    encoded = pc.dictionary_encode(values)
+    encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
     mapped = pa.array([fn(v) for v in encoded.dictionary.to_pylist()], type=out_type)
     return pc.take(mapped, encoded.indices)
-
-
-def _map_distinct_struct(
-    values: pa.Array, fn: Callable[[Any], dict[str, Any]], out_type: pa.StructType
-) -> pa.StructArray:
-    return _map_distinct(values, fn, out_type)
 
 
 def parse_duration_s(text: str | None) -> int | None:
@@ -220,8 +229,8 @@ def parse_duration_s(text: str | None) -> int | None:
 _TIMELIMIT_TYPE = pa.struct([("s", pa.int64()), ("bad", pa.bool_())])
 
 
-def _parse_timelimit(raw: bytes | None) -> dict[str, Any]:
-    text = (raw or b"").decode()
+def _parse_timelimit(raw: str | bytes | None) -> dict[str, Any]:
+    text = _text(raw)
     if text in ("", "UNLIMITED", "Partition_Limit", "INVALID", "NONE"):
         return {"s": None, "bad": False}
     if text.isdigit():  # minutes, as sacct --json and some dumps give it
@@ -247,7 +256,7 @@ def parse_tres(raw: bytes | str | None) -> dict[str, Any]:
     GPUs: the untyped ``gres/gpu=N`` when present, else the sum of typed ``gres/gpu:T=N``
     (Slurm lists both together; adding all of them double-counts).
     """
-    text = raw.decode() if isinstance(raw, bytes) else (raw or "")
+    text = _text(raw)
     out: dict[str, Any] = {"gpus": 0, "nodes": None, "cpus": None, "mem": None, "bad": False}
     if not text:
         return out
@@ -281,19 +290,19 @@ def parse_tres(raw: bytes | str | None) -> dict[str, Any]:
 
 
 _STATE_TYPE = pa.struct([("state", pa.string()), ("bad", pa.bool_())])
+_KNOWN_STATES = frozenset(SLURM_STATES)
 
 
-def _parse_state(raw: bytes | None, known: frozenset[str]) -> dict[str, Any]:
-    text = (raw or b"").decode().strip()
-    state = text.split(" ", 1)[0].rstrip("+")  # "CANCELLED by 1234", "CANCELLED+"
-    return {"state": state, "bad": state not in known}
+def _parse_state(raw: str | bytes | None) -> dict[str, Any]:
+    state = _text(raw).strip().split(" ", 1)[0].rstrip("+")  # "CANCELLED by 1234"
+    return {"state": state, "bad": state not in _KNOWN_STATES}
 
 
 _EXIT_TYPE = pa.struct([("code", pa.int64()), ("signal", pa.int64()), ("bad", pa.bool_())])
 
 
-def _parse_exit(raw: bytes | None) -> dict[str, Any]:
-    text = (raw or b"").decode()
+def _parse_exit(raw: str | bytes | None) -> dict[str, Any]:
+    text = _text(raw)
     if not text:
         return {"code": None, "signal": None, "bad": False}
     code, sep, signal = text.partition(":")
@@ -306,8 +315,8 @@ def _parse_exit(raw: bytes | None) -> dict[str, Any]:
 _INT_TYPE = pa.struct([("v", pa.int64()), ("bad", pa.bool_())])
 
 
-def _parse_int(raw: bytes | None) -> dict[str, Any]:
-    text = (raw or b"").decode()
+def _parse_int(raw: str | bytes | None) -> dict[str, Any]:
+    text = _text(raw)
     if not text:
         return {"v": None, "bad": False}
     return {"v": int(text), "bad": False} if text.isdigit() else {"v": None, "bad": True}
@@ -396,6 +405,46 @@ def _classify_lines(
     return good, bad
 
 
+_DICT = pa.dictionary(pa.int32(), pa.string())
+# The typed fast path: Arrow converts while it reads. Low-cardinality fields arrive
+# dictionary-encoded, so each distinct value is parsed (or hashed) once.
+_FAST_TYPES: dict[str, pa.DataType] = {
+    **dict.fromkeys(("JobID", "JobIDRaw", "Elapsed"), pa.string()),
+    **dict.fromkeys(("ElapsedRaw", "NNodes", "NCPUS"), pa.int64()),
+    **dict.fromkeys(("Submit", "Start", "End"), pa.timestamp("s")),
+}
+_ABSENT = ["", "Unknown", "None"]  # sacct's spellings of "no value"
+_READ_BLOCK = 4 << 20  # pyarrow parses blocks of this size in parallel
+
+
+def _read_block(data: bytes, names: list[str], sep: str, typed: bool) -> tuple[pa.Table, int]:
+    """Read one block with pyarrow; returns the table and the number of malformed rows."""
+    invalid = [0]
+
+    def on_invalid(row: Any) -> str:
+        invalid[0] += 1
+        return "skip"
+
+    if typed:
+        convert = pcsv.ConvertOptions(
+            column_types={n: _FAST_TYPES.get(n, _DICT) for n in names},
+            null_values=_ABSENT,
+            strings_can_be_null=False,
+            timestamp_parsers=[pcsv.ISO8601],
+        )
+    else:
+        convert = pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.binary()))
+    table = pcsv.read_csv(
+        io.BytesIO(data),
+        read_options=pcsv.ReadOptions(column_names=names, block_size=_READ_BLOCK),
+        parse_options=pcsv.ParseOptions(
+            delimiter=sep, quote_char=False, escape_char=False, invalid_row_handler=on_invalid
+        ),
+        convert_options=convert,
+    )
+    return table, invalid[0]
+
+
 def parse_block(
     block: bytes,
     layout: DumpLayout,
@@ -405,39 +454,36 @@ def parse_block(
     pseudonymise_job_names: bool = False,
     default_cluster: str = "unknown",
 ) -> ParsedBlock:
-    """Parse one newline-aligned block whose first line is ``first_line`` (1-based)."""
+    """Parse one newline-aligned block whose first line is ``first_line`` (1-based).
+
+    First the typed fast path; if any value in the block does not convert, the block is
+    read again as raw bytes and every field is checked row by row (vectorised), so one bad
+    value costs its block the slower path, never its neighbours a quarantine.
+    """
     data = block
     if len(layout.delimiter) > 1:  # pyarrow's reader takes one byte: swap in a unit separator
         data = data.replace(layout.delimiter, b"\x1f")
     sep = "\x1f" if len(layout.delimiter) > 1 else layout.delimiter.decode()
     names = _column_names(layout)
-    invalid: list[str] = []
-
-    def on_invalid(row: Any) -> str:
-        invalid.append(row.text)
-        return "skip"
-
-    table = pcsv.read_csv(
-        io.BytesIO(data),
-        read_options=pcsv.ReadOptions(column_names=names, block_size=BLOCK_BYTES + (1 << 20)),
-        parse_options=pcsv.ParseOptions(
-            delimiter=sep, quote_char=False, escape_char=False, invalid_row_handler=on_invalid
-        ),
-        convert_options=pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.binary())),
-    )
+    try:
+        table, invalid = _read_block(data, names, sep, typed=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        table, invalid = _read_block(data, names, sep, typed=False)
     n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
     if invalid or table.num_rows != n_lines:
         good_lines, quarantine = _classify_lines(block, layout, first_line)
+        lines = pa.array(good_lines, pa.int64())
     else:
-        good_lines, quarantine = list(range(first_line, first_line + n_lines)), []
-    if len(good_lines) != table.num_rows:  # cannot happen unless the two readers disagree
+        quarantine = []
+        lines = pa.array(np.arange(first_line, first_line + n_lines, dtype=np.int64))
+    if len(lines) != table.num_rows:  # cannot happen unless the two readers disagree
         raise AccountingError(
-            f"internal: line classification found {len(good_lines)} rows, reader {table.num_rows}"
+            f"internal: line classification found {len(lines)} rows, reader {table.num_rows}"
         )
     rows_read = table.num_rows + len(quarantine)
     jobs, more = _parse_fields(
-        table,
-        pa.array(good_lines, pa.int64()),
+        table.combine_chunks(),
+        lines,
         layout,
         pseudonymiser,
         pseudonymise_job_names,
@@ -448,7 +494,9 @@ def parse_block(
 
 
 def _utf8(col: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """Cast binary → string; rows with invalid UTF-8 become null, flagged in the mask."""
+    """As strings (dictionary columns stay encoded); invalid UTF-8 becomes null and flagged."""
+    if pa.types.is_string(col.type) or pa.types.is_dictionary(col.type):
+        return col, pa.repeat(pa.scalar(False), len(col))
     try:
         return pc.cast(col, pa.string()), pa.repeat(pa.scalar(False), len(col))
     except pa.ArrowInvalid:
@@ -463,6 +511,34 @@ def _utf8(col: pa.Array) -> tuple[pa.Array, pa.Array]:
         return pa.array(texts, pa.string()), pa.array(flags, pa.bool_())
 
 
+def _as_dict(col: pa.Array) -> pa.Array:
+    """Low-cardinality output columns are dictionary-encoded strings in every block."""
+    if pa.types.is_dictionary(col.type):
+        return col
+    return pc.dictionary_encode(pc.cast(col, pa.string()))
+
+
+def _timestamps(col: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(UTC timestamps, bad mask): typed columns are already converted; raw ones parse here."""
+    utc = pa.timestamp("us", tz="UTC")
+    if pa.types.is_timestamp(col.type):
+        return pc.cast(pc.cast(col, pa.timestamp("us")), utc), pa.repeat(pa.scalar(False), len(col))
+    text, bad_utf8 = _utf8(col)
+    parsed = pc.strptime(text, "%Y-%m-%dT%H:%M:%S", "us", error_is_null=True)
+    absent = pc.is_in(pc.fill_null(text, ""), pa.array(_ABSENT))
+    return pc.cast(parsed, utc), pc.or_(pc.and_(pc.is_null(parsed), pc.invert(absent)), bad_utf8)
+
+
+def _integers(col: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """(int64 or null, bad mask) for a count column given as integers or raw text."""
+    if pa.types.is_integer(col.type):
+        return col, pa.repeat(pa.scalar(False), len(col))
+    text = pc.fill_null(_utf8(col)[0], "")
+    ok = pc.match_substring_regex(text, r"^\d{1,15}$")
+    values = pc.cast(pc.if_else(ok, text, pa.scalar(None, pa.string())), pa.int64())
+    return values, pc.and_(pc.invert(ok), pc.not_equal(text, ""))
+
+
 def _parse_fields(
     table: pa.Table,
     lines: pa.Array,
@@ -475,18 +551,27 @@ def _parse_fields(
     empty = pa.nulls(n, pa.binary())
 
     def raw(name: str) -> pa.Array:
-        if name in table.column_names:
-            return table.column(name).combine_chunks()
-        return empty
+        return table.column(name).chunk(0) if name in table.column_names and n else empty
 
     reason = pa.nulls(n, pa.string())
 
     def flag(bad: pa.Array, why: str) -> None:
         nonlocal reason
         bad = pc.fill_null(bad, False)
-        reason = pc.if_else(pc.and_(pc.is_null(reason), bad), why, reason)
+        if pc.any(bad).as_py():
+            reason = pc.if_else(pc.and_(pc.is_null(reason), bad), why, reason)
 
-    # Identity: JobID grammar.
+    def blank_to_null(a: pa.Array) -> pa.Array:
+        return pc.if_else(pc.equal(a, ""), pa.scalar(None, a.type), a)
+
+    def struct_of(
+        name: str, fn: Callable[[Any], dict[str, Any]], t: pa.StructType, why: str
+    ) -> pa.StructArray:
+        parsed = _map_distinct(raw(name), fn, t)
+        flag(pc.struct_field(parsed, "bad"), why)
+        return parsed
+
+    # Identity: one JobID grammar for allocations, steps, array tasks and het components.
     job_id, bad_utf8 = _utf8(raw("JobID"))
     flag(bad_utf8, "JobID is not valid UTF-8")
     parts = pc.extract_regex(pc.fill_null(job_id, ""), JOB_ID_RE)
@@ -494,96 +579,79 @@ def _parse_fields(
     parts = pc.fill_null(
         parts, pa.scalar({"base": "", "task": "", "het": "", "step": ""}, parts.type)
     )
-    base = pc.struct_field(parts, "base")
-    task = pc.struct_field(parts, "task")
-    het = pc.struct_field(parts, "het")
-    step = pc.struct_field(parts, "step")
-
-    def blank_to_null(a: pa.Array) -> pa.Array:
-        return pc.if_else(pc.equal(a, ""), pa.scalar(None, a.type), a)
-
+    base, task, het, step = (pc.struct_field(parts, f) for f in ("base", "task", "het", "step"))
     job_id_raw_col, _ = _utf8(raw("JobIDRaw"))
     raw_base = pc.replace_substring_regex(pc.fill_null(job_id_raw_col, ""), r"\..*$", "")
     job_id_raw = pc.if_else(pc.equal(raw_base, ""), base, raw_base)
-    step = blank_to_null(step)
 
-    # State.
-    known = frozenset(SLURM_STATES)
-    st = _map_distinct_struct(raw("State"), lambda v: _parse_state(v, known), _STATE_TYPE)
-    flag(pc.struct_field(st, "bad"), "unknown State")
-    state_raw, bad_utf8 = _utf8(raw("State"))
-    flag(bad_utf8, "State is not valid UTF-8")
-
-    ex = _map_distinct_struct(raw("ExitCode"), _parse_exit, _EXIT_TYPE)
-    flag(pc.struct_field(ex, "bad"), "ExitCode is not N:M with 0 ≤ N, M ≤ 255")
-
-    # Times: 'Unknown', 'None' and empty are legitimately absent; anything else must parse.
+    st = struct_of("State", _parse_state, _STATE_TYPE, "unknown State")
+    ex = struct_of("ExitCode", _parse_exit, _EXIT_TYPE, "ExitCode is not N:M, 0 ≤ N, M ≤ 255")
+    tl = struct_of(
+        "Timelimit",
+        _parse_timelimit,
+        _TIMELIMIT_TYPE,
+        "Timelimit is not [D-]HH:MM:SS, UNLIMITED or Partition_Limit",
+    )
+    tres = struct_of(
+        "AllocTRES", parse_tres, _TRES_TYPE, "AllocTRES is not name=value[,name=value…]"
+    )
     times = {}
     for name in ("Submit", "Start", "End"):
-        text, bad_utf8 = _utf8(raw(name))
-        parsed = pc.strptime(text, "%Y-%m-%dT%H:%M:%S", "us", error_is_null=True)
-        absent = pc.is_in(pc.fill_null(text, ""), pa.array(["", "Unknown", "None"]))
-        flag(pc.and_(pc.is_null(parsed), pc.invert(absent)), f"{name} is not a timestamp")
-        times[name] = pc.cast(parsed, pa.timestamp("us", tz="UTC"))
+        times[name], bad = _timestamps(raw(name))
+        flag(bad, f"{name} is not a timestamp")
+    counts = {}
+    for name in ("ElapsedRaw", "NNodes", "NCPUS"):
+        counts[name], bad = _integers(raw(name))
+        flag(bad, f"{name} is not an integer")
 
-    # Elapsed: ElapsedRaw when given, else Elapsed ([D-]HH:MM:SS).
-    er_text, _ = _utf8(raw("ElapsedRaw"))
-    er_text = pc.fill_null(er_text, "")
-    er_ok = pc.match_substring_regex(er_text, r"^\d{1,12}$")
-    elapsed_raw = pc.cast(pc.if_else(er_ok, er_text, pa.scalar(None, pa.string())), pa.int64())
-    flag(pc.and_(pc.invert(er_ok), pc.not_equal(er_text, "")), "ElapsedRaw is not an integer")
-    el = _map_distinct(
-        raw("Elapsed"), lambda v: parse_duration_s((v or b"").decode() or None), pa.int64()
-    )
-    elapsed = pc.coalesce(elapsed_raw, el, 0)
-    el_text, _ = _utf8(raw("Elapsed"))
-    flag(
-        pc.and_(
-            pc.and_(pc.is_null(elapsed_raw), pc.is_null(el)),
-            pc.not_equal(pc.fill_null(el_text, ""), ""),
-        ),
-        "Elapsed is not [D-]HH:MM:SS",
-    )
+    # Elapsed: ElapsedRaw when given, else Elapsed ([D-]HH:MM:SS), parsed only where needed.
+    elapsed = counts["ElapsedRaw"]
+    if pc.any(pc.is_null(elapsed)).as_py() and "Elapsed" in table.column_names:
+        el = _map_distinct(raw("Elapsed"), lambda v: parse_duration_s(_text(v) or None), pa.int64())
+        el_text = pc.fill_null(_utf8(raw("Elapsed"))[0], "")
+        flag(
+            pc.and_(pc.and_(pc.is_null(elapsed), pc.is_null(el)), pc.not_equal(el_text, "")),
+            "Elapsed is not [D-]HH:MM:SS",
+        )
+        elapsed = pc.coalesce(elapsed, el)
+    elapsed = pc.coalesce(elapsed, 0)
 
-    tl = _map_distinct_struct(raw("Timelimit"), _parse_timelimit, _TIMELIMIT_TYPE)
-    flag(pc.struct_field(tl, "bad"), "Timelimit is not [D-]HH:MM:SS, UNLIMITED or Partition_Limit")
-    timelimit_raw, _ = _utf8(raw("Timelimit"))
+    job_name, bad_utf8 = _utf8(raw("JobName"))
+    if not pseudonymise_job_names:
+        flag(bad_utf8, "JobName is not valid UTF-8")
 
-    tres = _map_distinct_struct(raw("AllocTRES"), parse_tres, _TRES_TYPE)
-    flag(pc.struct_field(tres, "bad"), "AllocTRES is not name=value[,name=value…]")
+    def text_column(name: str) -> pa.Array:
+        return _as_dict(pc.fill_null(_utf8(raw(name))[0], ""))
 
-    nn = _map_distinct_struct(raw("NNodes"), _parse_int, _INT_TYPE)
-    flag(pc.struct_field(nn, "bad"), "NNodes is not an integer")
-    nc = _map_distinct_struct(raw("NCPUS"), _parse_int, _INT_TYPE)
-    flag(pc.struct_field(nc, "bad"), "NCPUS is not an integer")
-
-    cluster, _ = _utf8(raw("Cluster"))
-    partition, _ = _utf8(raw("Partition"))
-    node_list, _ = _utf8(raw("NodeList"))
-    job_name_text, bad_utf8 = _utf8(raw("JobName"))
-    flag(pc.and_(bad_utf8, not pseudonymise_job_names), "JobName is not valid UTF-8")
-
+    null_str = pa.scalar(None, pa.string())
+    cluster = text_column("Cluster")
     jobs = pa.table(
         {
-            "cluster": pc.fill_null(blank_to_null(pc.fill_null(cluster, "")), default_cluster),
+            "cluster": _as_dict(
+                pc.if_else(
+                    pc.equal(cluster.dictionary_decode(), ""),
+                    default_cluster,
+                    cluster.dictionary_decode(),
+                )
+            ),
             "job_id": job_id,
             "job_id_raw": job_id_raw,
-            "array_job_id": pc.if_else(pc.equal(task, ""), pa.scalar(None, pa.string()), base),
+            "array_job_id": pc.if_else(pc.equal(task, ""), null_str, base),
             "array_task_id": blank_to_null(task),
-            "het_job_id": pc.if_else(pc.equal(het, ""), pa.scalar(None, pa.string()), base),
+            "het_job_id": pc.if_else(pc.equal(het, ""), null_str, base),
             "het_offset": pc.cast(blank_to_null(het), pa.int64()),
-            "step": step,
-            "is_allocation": pc.is_null(step),
-            "partition": blank_to_null(pc.fill_null(partition, "")),
+            "step": blank_to_null(step),
+            "is_allocation": pc.equal(step, ""),
+            "partition": text_column("Partition"),
             "user": pseudonymiser.column("user", raw("User")),
             "account": pseudonymiser.column("account", raw("Account")),
             "job_name": (
                 pseudonymiser.column("name", raw("JobName"))
                 if pseudonymise_job_names
-                else pc.fill_null(job_name_text, "")
+                else _as_dict(pc.fill_null(job_name, ""))
             ),
-            "state": pc.struct_field(st, "state"),
-            "state_raw": state_raw,
+            "state": _as_dict(pc.struct_field(st, "state")),
+            "state_raw": text_column("State"),
             "exit_code": pc.struct_field(ex, "code"),
             "exit_signal": pc.struct_field(ex, "signal"),
             "submit": times["Submit"],
@@ -591,19 +659,19 @@ def _parse_fields(
             "end": times["End"],
             "elapsed_s": elapsed,
             "timelimit_s": pc.struct_field(tl, "s"),
-            "timelimit_raw": timelimit_raw,
-            "nnodes": pc.coalesce(pc.struct_field(nn, "v"), pc.struct_field(tres, "nodes"), 0),
-            "ncpus": pc.coalesce(pc.struct_field(nc, "v"), pc.struct_field(tres, "cpus"), 0),
+            "timelimit_raw": text_column("Timelimit"),
+            "nnodes": pc.coalesce(counts["NNodes"], pc.struct_field(tres, "nodes"), 0),
+            "ncpus": pc.coalesce(counts["NCPUS"], pc.struct_field(tres, "cpus"), 0),
             "gpus": pc.struct_field(tres, "gpus"),
             "mem_bytes": pc.struct_field(tres, "mem"),
-            "node_list": blank_to_null(pc.fill_null(node_list, "")),
+            "node_list": text_column("NodeList"),
             "source_line": lines,
         }
     )
     bad = pc.is_valid(reason)
     if not pc.any(bad).as_py():
         return jobs, []
-    quarantine = _quarantine_rows(table, lines, reason, bad, layout, pseudonymiser)
+    quarantine = _quarantine_rows(table, lines, reason, bad, pseudonymiser)
     return jobs.filter(pc.invert(bad)), quarantine
 
 
@@ -612,7 +680,6 @@ def _quarantine_rows(
     lines: pa.Array,
     reason: pa.Array,
     bad: pa.Array,
-    layout: DumpLayout,
     pseudonymiser: Pseudonymiser,
 ) -> list[Quarantined]:
     """The rejected rows as read, but with user and account already pseudonymised."""
@@ -624,10 +691,13 @@ def _quarantine_rows(
         values = []
         for name, value in row.items():
             if name in ("User", "Account") and value is not None:
-                value = pseudonymiser.token(name.lower(), value).encode()
-            values.append(value or b"")
-        text = b"|".join(values).decode("utf-8", "replace")
-        out.append(Quarantined(line, why, text))
+                value = pseudonymiser.token(name.lower(), value)
+            values.append(
+                _text(value)
+                if not isinstance(value, dt.datetime)
+                else value.strftime("%Y-%m-%dT%H:%M:%S")
+            )
+        out.append(Quarantined(line, why, "|".join(values)))
     return out
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 
@@ -87,11 +88,19 @@ def _empty_jobs() -> pa.Table:
 
 
 def stamp_jobs(jobs: pa.Table, ctx: RunContext) -> pa.Table:
-    """Add run identity and fingerprint columns to parsed job rows."""
+    """Add run identity and fingerprint columns to parsed job rows.
+
+    Each is one value for the whole run: a dictionary array of one entry costs four bytes a
+    row, where a plain repeated string would cost its full length a row.
+    """
+    zeros = pa.array(np.zeros(jobs.num_rows, dtype=np.int32))
     for name, value in ctx.stamp().items():
-        jobs = jobs.append_column(
-            name, pa.repeat(pa.scalar(value, JOBS.column(name).type), jobs.num_rows)
-        )
+        declared = JOBS.column(name).type
+        if pa.types.is_string(declared):
+            column = pa.DictionaryArray.from_arrays(zeros, pa.array([value], pa.string()))
+        else:
+            column = pa.repeat(pa.scalar(value, declared), jobs.num_rows)
+        jobs = jobs.append_column(name, column)
     return jobs
 
 
@@ -164,7 +173,7 @@ def exposure_frame(exp: Exposure, ctx: RunContext) -> pd.DataFrame:
 
 
 def baseline_checks(
-    ingested_rows: int, parsed: int, quarantined: int, frames: dict[str, pd.DataFrame]
+    ingested_rows: int, parsed: int, quarantined: int, frames: dict[str, pd.DataFrame | pa.Table]
 ) -> list[CheckResult]:
     """The gate before the baseline reports: declarations hold and the counts reconcile."""
     gate = "baseline"
@@ -247,15 +256,14 @@ def _run_in_memory(
         pseudonymise_job_names=plan.baseline.pseudonymise_job_names,
     )
     jobs = stamp_jobs(ingested.jobs, ctx)
-    jobs_df = jobs.to_pandas(types_mapper=pd.ArrowDtype)
-    exp = compute_exposure(jobs_df)
+    exp = compute_exposure(jobs)
     q_df = quarantine_frame(ingested.quarantine, source, ctx)
     e_df = exposure_frame(exp, ctx)
     checks = baseline_checks(
         ingested.rows_read,
         ingested.rows_parsed,
         len(ingested.quarantine),
-        {"jobs": jobs_df, "quarantine": q_df, "exposure": e_df},
+        {"jobs": jobs, "quarantine": q_df, "exposure": e_df},
     )
     record_and_enforce(checks, ctx)
     common = {

@@ -253,10 +253,25 @@ def conform(table: pa.Table | pd.DataFrame, spec: DatasetSpec) -> pa.Table:
             f"missing {sorted(want - have)}, unexpected {sorted(have - want)}"
         )
     table = table.select(spec.column_names).replace_schema_metadata(None)
+    # Dictionary-encoded strings stay encoded (smaller in memory and on disk); readers get
+    # the declared plain string type back.
+    target = pa.schema(
+        [
+            table.schema.field(f.name)
+            if pa.types.is_string(f.type) and _is_dict_of_strings(table.schema.field(f.name).type)
+            else f
+            for f in spec.arrow_schema
+        ],
+        metadata=spec.arrow_schema.metadata,
+    )
     try:
-        return table.cast(spec.arrow_schema)
+        return table.cast(target)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
         raise DatasetError(f"dataset {spec.name}: {exc}") from exc
+
+
+def _is_dict_of_strings(t: pa.DataType) -> bool:
+    return pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)
 
 
 def _atomic_write(table: pa.Table, target: Path, metadata: Mapping[str, str]) -> None:

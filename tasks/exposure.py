@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 EXPOSED_STATES = (
     "FAILED",
@@ -23,7 +25,7 @@ EXPOSED_STATES = (
     "DEADLINE",
 )
 REPORTED_APART = ("CANCELLED", "REQUEUED")
-CHAIN_GAP = pd.Timedelta(hours=24)
+CHAIN_GAP_US = 24 * 3600 * 10**6  # a resubmission follows the failure within 24 h
 # Columns of the jobs dataset that exposure reads.
 EXPOSURE_INPUT_COLUMNS = (
     "cluster",
@@ -85,41 +87,85 @@ class Exposure:
         }
 
 
-def allocations_only(jobs: pd.DataFrame) -> tuple[pd.DataFrame, int]:
+Jobs = pa.Table | pd.DataFrame
+
+
+def as_table(jobs: Jobs) -> pa.Table:
+    return jobs if isinstance(jobs, pa.Table) else pa.Table.from_pandas(jobs, preserve_index=False)
+
+
+def allocations_only(jobs: Jobs) -> tuple[pa.Table, int]:
     """Allocation rows (not steps), exact duplicate captures dropped; (rows, duplicates)."""
-    alloc = jobs[jobs["is_allocation"].astype(bool)] if "is_allocation" in jobs else jobs
-    dup = alloc.duplicated(list(DUPLICATE_KEY), keep="first")
-    n_dup = int(dup.sum())
-    return (alloc[~dup] if n_dup else alloc), n_dup
+    table = as_table(jobs)
+    if "is_allocation" in table.column_names:
+        table = table.filter(pc.fill_null(table.column("is_allocation"), False))
+    table = table.select([c for c in EXPOSURE_INPUT_COLUMNS if c in table.column_names])
+    table = table.unify_dictionaries().combine_chunks()
+    if table.num_rows == 0:
+        return table, 0
+    keyed = table.append_column("_row", pa.array(np.arange(table.num_rows)))
+    first = keyed.group_by(list(DUPLICATE_KEY), use_threads=False).aggregate([("_row", "min")])
+    duplicates = table.num_rows - first.num_rows
+    if duplicates:
+        keep = np.sort(first.column("_row_min").to_numpy())
+        table = table.take(pa.array(keep))
+    return table, duplicates
 
 
-def _hours(alloc: pd.DataFrame) -> pd.DataFrame:
-    elapsed = alloc["elapsed_s"].astype("int64").to_numpy()
-    return pd.DataFrame(
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """Integer codes and the distinct values they index (nulls share one code)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    values = arr.dictionary.to_pylist()
+    codes = pc.fill_null(arr.indices, len(values)).to_numpy(zero_copy_only=False)
+    return codes.astype(np.int64), [*values, None]
+
+
+def _numbers(table: pa.Table, name: str) -> np.ndarray:
+    return pc.fill_null(table.column(name), 0).to_numpy().astype(np.float64)
+
+
+def _epoch_us(table: pa.Table, name: str) -> np.ndarray:
+    """Microseconds since the epoch; missing times become NaT-like int64 min."""
+    col = pc.cast(table.column(name), pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return pc.fill_null(col, np.iinfo(np.int64).min).to_numpy()
+
+
+@dataclass(frozen=True)
+class _Hours:
+    state_codes: np.ndarray
+    states: list[Any]
+    node_hours: np.ndarray
+    gpu_hours: np.ndarray
+
+
+def _hours(alloc: pa.Table) -> _Hours:
+    elapsed = _numbers(alloc, "elapsed_s")
+    codes, states = _codes(alloc.column("state"))
+    return _Hours(
+        codes,
+        states,
+        elapsed * _numbers(alloc, "nnodes") / 3600.0,
+        elapsed * _numbers(alloc, "gpus") / 3600.0,
+    )
+
+
+def exposure_by_state(alloc: pa.Table, hours: _Hours | None = None) -> pd.DataFrame:
+    h = hours or _hours(alloc)
+    k = len(h.states)
+    out = pd.DataFrame(
         {
-            "state": alloc["state"].astype(str).to_numpy(),
-            "node_hours": elapsed * alloc["nnodes"].astype("int64").to_numpy() / 3600.0,
-            "gpu_hours": elapsed * alloc["gpus"].astype("int64").to_numpy() / 3600.0,
-        }
+            "allocations": np.bincount(h.state_codes, minlength=k).astype(np.int64),
+            "node_hours": np.bincount(h.state_codes, h.node_hours, minlength=k),
+            "gpu_hours": np.bincount(h.state_codes, h.gpu_hours, minlength=k),
+        },
+        index=pd.Index([str(s) for s in h.states], name="state"),
     )
+    return out[out["allocations"] > 0].sort_index()
 
 
-def exposure_by_state(alloc: pd.DataFrame) -> pd.DataFrame:
-    hours = _hours(alloc)
-    grouped = hours.groupby("state", sort=True)
-    out = grouped.agg(
-        allocations=("state", "size"),
-        node_hours=("node_hours", "sum"),
-        gpu_hours=("gpu_hours", "sum"),
-    )
-    return out
-
-
-def _codes(col: pd.Series) -> np.ndarray:
-    return pd.factorize(col, use_na_sentinel=True)[0]
-
-
-def find_chains(alloc: pd.DataFrame) -> tuple[list[list[str]], np.ndarray, list[int]]:
+def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
     """Resubmission chains in submit order, each allocation's chain number (-1: none), and
     each chain's first submit time (epoch µs) so chains from several partitions can merge.
 
@@ -127,36 +173,43 @@ def find_chains(alloc: pd.DataFrame) -> tuple[list[list[str]], np.ndarray, list[
     submitted within 24 h after the previous one ended in a state other than COMPLETED.
     Attempts of one job id (requeues) stay in one link of the chain.
     """
-    n = len(alloc)
+    alloc = as_table(alloc)
+    n = alloc.num_rows
     chain_of = np.full(n, -1, dtype=np.int64)
     if n == 0:
         return [], chain_of, []
-    submit = alloc["submit"].astype("datetime64[us, UTC]").to_numpy(dtype="datetime64[us]")
-    end = alloc["end"].astype("datetime64[us, UTC]").to_numpy(dtype="datetime64[us]")
-    key = (
-        _codes(alloc["user"]).astype(np.int64) * 1_000_003 + _codes(alloc["account"])
-    ) * 1_000_003 + _codes(alloc["job_name"])
-    job = _codes(alloc["job_id_raw"].astype(str) + "@" + alloc["cluster"].astype(str))
-    state_ok = (alloc["state"].astype(str) == "COMPLETED").to_numpy()
-    submit_i = submit.astype("int64")
-    submit_i = np.where(np.isnat(submit), np.iinfo(np.int64).max, submit_i)
-    order = np.lexsort((submit_i, key))
-    k, s, e, j, ok = key[order], submit[order], end[order], job[order], state_ok[order]
+    missing = np.iinfo(np.int64).min
+    submit, end = _epoch_us(alloc, "submit"), _epoch_us(alloc, "end")
+    user, _ = _codes(alloc.column("user"))
+    account, _ = _codes(alloc.column("account"))
+    name, _ = _codes(alloc.column("job_name"))
+    state_codes, states = _codes(alloc.column("state"))
+    completed = np.array([s == "COMPLETED" for s in states])[state_codes]
+    sort_submit = np.where(submit == missing, np.iinfo(np.int64).max, submit)
+    order = np.lexsort((sort_submit, name, account, user))
+    u, a, nm = user[order], account[order], name[order]
+    s, e, ok = submit[order], end[order], completed[order]
     same_key = np.zeros(n, dtype=bool)
-    same_key[1:] = k[1:] == k[:-1]
-    same_job = np.zeros(n, dtype=bool)
-    same_job[1:] = same_key[1:] & (j[1:] == j[:-1])
-    gap = np.full(n, np.timedelta64("NaT"), dtype="timedelta64[us]")
+    same_key[1:] = (u[1:] == u[:-1]) & (a[1:] == a[:-1]) & (nm[1:] == nm[:-1])
+    # Same job (a requeue): compare neighbours' (cluster, raw id) in sorted order.
+    job_ids = pc.binary_join_element_wise(
+        pc.cast(alloc.column("cluster"), pa.string()),
+        pc.cast(alloc.column("job_id_raw"), pa.string()),
+        "@",
+    ).take(pa.array(order))
+    same_id = np.zeros(n, dtype=bool)
+    if n > 1:
+        same_id[1:] = pc.equal(job_ids.slice(1), job_ids.slice(0, n - 1)).to_numpy(
+            zero_copy_only=False
+        )
+    same_job = same_key & same_id
+    gap = np.zeros(n, dtype=np.int64)
     gap[1:] = s[1:] - e[:-1]
+    known = np.zeros(n, dtype=bool)
+    known[1:] = (s[1:] != missing) & (e[:-1] != missing)
     prev_failed = np.zeros(n, dtype=bool)
     prev_failed[1:] = ~ok[:-1]
-    resubmitted = (
-        same_key
-        & prev_failed
-        & ~np.isnat(gap)
-        & (gap >= np.timedelta64(0, "us"))
-        & (gap <= CHAIN_GAP.to_timedelta64())
-    )
+    resubmitted = same_key & prev_failed & known & (gap >= 0) & (gap <= CHAIN_GAP_US)
     link = same_job | resubmitted
     group = np.cumsum(~link) - 1  # contiguous and increasing in sorted order
     # A chain is a linked group holding at least two distinct job ids.
@@ -164,54 +217,56 @@ def find_chains(alloc: pd.DataFrame) -> tuple[list[list[str]], np.ndarray, list[
     in_chain = distinct_jobs[group] >= 2
     members = in_chain & ~same_job
     chain_groups, starts = np.unique(group[members], return_index=True)
-    ids = alloc["job_id"].astype(str).to_numpy()[order][members]
-    chains = [list(c) for c in np.split(ids, starts[1:])] if len(starts) else []
+    if not len(starts):
+        return [], chain_of, []
+    ids = np.asarray(
+        pc.cast(alloc.column("job_id"), pa.string()).take(pa.array(order)).to_pylist(), dtype=object
+    )[members]
+    chains = np.split(ids, starts[1:])
     # Chains in the order their first allocation was submitted.
-    first_submit = submit_i[order][members][starts] if len(starts) else np.array([])
+    first_submit = s[members][starts]
     by_time = np.argsort(first_submit, kind="stable")
-    chains = [[str(x) for x in chains[i]] for i in by_time]
     rank_of_group = np.empty(len(chain_groups), dtype=np.int64)
     rank_of_group[by_time] = np.arange(len(chain_groups))
     pos = np.searchsorted(chain_groups, group)
     found = in_chain & (pos < len(chain_groups))
     chain_of[order[found]] = rank_of_group[pos[found]]
-    return chains, chain_of, [int(first_submit[i]) for i in by_time]
+    return (
+        [[str(x) for x in chains[i]] for i in by_time],
+        chain_of,
+        [int(first_submit[i]) for i in by_time],
+    )
 
 
 def rank_candidates(
-    alloc: pd.DataFrame, chain_of: np.ndarray, top: int | None = 20
+    alloc: pa.Table, chain_of: np.ndarray, top: int | None = 20, hours: _Hours | None = None
 ) -> pd.DataFrame:
     """Workloads (account, job name) ranked by exposed GPU-hours, then by recurrence."""
-    hours = _hours(alloc)
-    exposed = hours["state"].isin(EXPOSED_STATES).to_numpy()
-    frame = pd.DataFrame(
+    h = hours or _hours(alloc)
+    account, accounts = _codes(alloc.column("account"))
+    name, names = _codes(alloc.column("job_name"))
+    workload = account * len(names) + name
+    keys, inverse = np.unique(workload, return_inverse=True)
+    k = len(keys)
+    exposed_state = np.array([s in EXPOSED_STATES for s in h.states])[h.state_codes]
+    timeout_state = np.array([s == "TIMEOUT" for s in h.states])[h.state_codes]
+    in_chain = chain_of >= 0
+    chain_pairs = np.unique(np.stack([inverse[in_chain], chain_of[in_chain]]), axis=1)
+    out = pd.DataFrame(
         {
-            "workload": alloc["account"].astype(str).to_numpy()
-            + "/"
-            + alloc["job_name"].astype(str).to_numpy(),
-            "allocations": 1,
-            "node_hours": hours["node_hours"].to_numpy(),
-            "gpu_hours": hours["gpu_hours"].to_numpy(),
-            "exposed_gpu_hours": np.where(exposed, hours["gpu_hours"].to_numpy(), 0.0),
-            "timeout_gpu_hours": np.where(
-                hours["state"].to_numpy() == "TIMEOUT", hours["gpu_hours"].to_numpy(), 0.0
+            "workload": [f"{accounts[c // len(names)]}/{names[c % len(names)]}" for c in keys],
+            "allocations": np.bincount(inverse, minlength=k).astype(np.int64),
+            "node_hours": np.bincount(inverse, h.node_hours, minlength=k),
+            "gpu_hours": np.bincount(inverse, h.gpu_hours, minlength=k),
+            "exposed_gpu_hours": np.bincount(inverse, h.gpu_hours * exposed_state, minlength=k),
+            "timeout_gpu_hours": np.bincount(inverse, h.gpu_hours * timeout_state, minlength=k),
+            "exposed_allocations": np.bincount(inverse, exposed_state, minlength=k).astype(
+                np.int64
             ),
-            "exposed_allocations": exposed.astype(np.int64),
-            "chain": chain_of,
+            "chains": np.bincount(chain_pairs[0], minlength=k).astype(np.int64),
         }
     )
-    g = frame.groupby("workload", sort=False)
-    out = g.agg(
-        allocations=("allocations", "sum"),
-        node_hours=("node_hours", "sum"),
-        gpu_hours=("gpu_hours", "sum"),
-        exposed_gpu_hours=("exposed_gpu_hours", "sum"),
-        timeout_gpu_hours=("timeout_gpu_hours", "sum"),
-        exposed_allocations=("exposed_allocations", "sum"),
-    )
-    chained = frame[frame["chain"] >= 0].groupby("workload")["chain"].nunique()
-    out["chains"] = chained.reindex(out.index).fillna(0).astype("int64")
-    return order_candidates(out.reset_index(), top)
+    return order_candidates(out, top)
 
 
 def order_candidates(cands: pd.DataFrame, top: int | None) -> pd.DataFrame:
@@ -228,19 +283,25 @@ def order_candidates(cands: pd.DataFrame, top: int | None) -> pd.DataFrame:
     return out
 
 
-def compute_exposure(jobs: pd.DataFrame) -> Exposure:
+def _time_bound(alloc: pa.Table, name: str, fn: str) -> pd.Timestamp | None:
+    if alloc.num_rows == 0:
+        return None
+    value = getattr(pc, fn)(alloc.column(name)).as_py()
+    return pd.Timestamp(value) if value is not None else None
+
+
+def compute_exposure(jobs: Jobs) -> Exposure:
     alloc, duplicates = allocations_only(jobs)
-    by_state = exposure_by_state(alloc)
+    hours = _hours(alloc)
+    by_state = exposure_by_state(alloc, hours)
     gpu = by_state["gpu_hours"]
     chains, chain_of, _ = find_chains(alloc)
-    submit = alloc["submit"].dropna()
-    end = alloc["end"].dropna()
     return Exposure(
         by_state=by_state,
         exposed_gpu_hours=float(gpu[gpu.index.isin(EXPOSED_STATES)].sum()),
         timeout_gpu_hours=float(gpu.get("TIMEOUT", 0.0)),
         chains=chains,
-        candidates=rank_candidates(alloc, chain_of),
+        candidates=rank_candidates(alloc, chain_of, hours=hours),
         duplicates_ignored=duplicates,
-        window=(submit.min() if len(submit) else None, end.max() if len(end) else None),
+        window=(_time_bound(alloc, "submit", "min"), _time_bound(alloc, "end", "max")),
     )

@@ -9,8 +9,8 @@ Plain functions, no pytest dependency, so that a session fixture can do::
 and tests can submit real jobs with :func:`submit` and wait for their accounting
 records with :func:`wait_state`. :func:`submit_job_mix` runs a fixed mix of real
 jobs that end in every state the analysis cares about (COMPLETED, FAILED,
-TIMEOUT, CANCELLED, NODE_FAIL, REQUEUED then COMPLETED, and a resubmission chain)
-in about two minutes; ``scripts/make-accounting-sample`` uses it to produce
+TIMEOUT, CANCELLED, NODE_FAIL, two REQUEUED then COMPLETED, and a resubmission
+chain) in about 90 s; ``scripts/make-accounting-sample`` uses it to produce
 ``data/samples/``.
 
 Run as a script (``python3 tests/slurm_cluster.py``) it brings the cluster up,
