@@ -26,8 +26,20 @@ from tasks.datasets import (
     write_dataset,
 )
 from tasks.errors import AccountingError
-from tasks.exposure import EXPOSED_STATES, Exposure, compute_exposure
-from tasks.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
+from tasks.exposure import (
+    EXPOSED_STATES,
+    EXPOSURE_INPUT_COLUMNS,
+    Exposure,
+    combine_parts,
+    compute_exposure,
+    exposure_part,
+)
+from tasks.gates import (
+    CheckResult,
+    plain_check,
+    record_and_enforce,
+    validate_dataset,
+)
 from tasks.plan import Plan
 from tasks.runctx import RunContext
 
@@ -310,7 +322,7 @@ def _run_dask(
         parsed += block.jobs.num_rows
         quarantine.extend(block.quarantine)
         written_jobs += write_dataset(stamp_jobs(block.jobs, ctx), JOBS, part=i, **common)
-    exp = exposure_with_dask(ctx, written_jobs)
+    exp = exposure_with_dask(written_jobs)
     q_df = quarantine_frame(quarantine, source, ctx)
     e_df = exposure_frame(exp, ctx)
     checks = baseline_checks(
@@ -325,82 +337,29 @@ def _run_dask(
     return BaselineResult(exp.summary(rows_read, len(quarantine)), exp, source, "dask", written)
 
 
-def exposure_with_dask(ctx: RunContext, files: list[Path]) -> Exposure:
+def exposure_with_dask(files: list[Path]) -> Exposure:
     """Exposure over this run's jobs files without loading them whole.
 
-    Allocations are read with only the columns exposure needs; the per-state totals are a
-    Dask aggregation, and chains are found per (user, account, job name) partition after a
-    shuffle on that key, so no step needs the whole history in memory.
+    Allocations are read with only the columns exposure needs and shuffled on disk by
+    (user, account, job name), so each partition holds whole chains; each partition's
+    exposure is computed alone and the small results are combined.
     """
+    import dask
     import dask.dataframe as dd
 
-    from tasks.exposure import EXPOSURE_INPUT_COLUMNS
-
-    cols = list(EXPOSURE_INPUT_COLUMNS)
     ddf = dd.read_parquet(
-        [str(f) for f in files], columns=[*cols, "is_allocation"], dtype_backend="pyarrow"
+        [str(f) for f in files],
+        columns=[*EXPOSURE_INPUT_COLUMNS, "is_allocation"],
+        dtype_backend="pyarrow",
     )
-    ddf = ddf[ddf["is_allocation"]].drop(columns="is_allocation")
-    return _dask_exposure(ddf)
-
-
-def _dask_exposure(ddf: Any) -> Exposure:
-    import dask
-
-    from tasks.exposure import DUPLICATE_KEY, exposure_by_state, find_chains, rank_candidates
-
+    ddf = ddf.astype({c: JOBS.pandas_dtypes[c] for c in ddf.columns})  # dictionary → plain
+    ddf = ddf[ddf["is_allocation"]]
     ddf = ddf.assign(wkey=ddf["user"] + "\x1f" + ddf["account"] + "\x1f" + ddf["job_name"])
-    shuffled = ddf.shuffle(on="wkey", npartitions=max(1, ddf.npartitions))
-
-    def per_partition(part: pd.DataFrame) -> pd.DataFrame:
-        deduped = part.drop_duplicates(list(DUPLICATE_KEY))
-        chains, chain_of, first = find_chains(deduped)
-        return pd.DataFrame(
-            {
-                "n": [len(part) - len(deduped)],
-                "chains": [list(zip(first, chains, strict=True))],
-                "by_state": [exposure_by_state(part)],
-                "candidates": [rank_candidates(deduped, chain_of, top=None)],
-                "smin": [deduped["submit"].min()],
-                "emax": [deduped["end"].max()],
-            }
+    with dask.config.set({"dataframe.shuffle.method": "disk"}):
+        shuffled = ddf.shuffle(on="wkey", npartitions=max(1, ddf.npartitions))
+        parts = shuffled.map_partitions(
+            lambda part: pd.DataFrame({"part": [exposure_part(part.drop(columns="wkey"))]}),
+            meta={"part": object},
         )
-
-    parts = shuffled.map_partitions(
-        per_partition,
-        meta={
-            "n": "int64",
-            "chains": object,
-            "by_state": object,
-            "candidates": object,
-            "smin": object,
-            "emax": object,
-        },
-    )
-    (result,) = dask.compute(parts)
-    return _combine(result)
-
-
-def _combine(result: pd.DataFrame) -> Exposure:
-    from tasks.exposure import Exposure as Exp
-    from tasks.exposure import order_candidates
-
-    by_state = pd.concat(list(result["by_state"])).groupby(level=0).sum().sort_index()
-    chains = [
-        c for _, c in sorted((fc for cs in result["chains"] for fc in cs), key=lambda fc: fc[0])
-    ]
-    # A workload (account, job name) may span partitions (they are keyed by user too).
-    cands = pd.concat(list(result["candidates"]), ignore_index=True).drop(columns="rank")
-    cands = order_candidates(cands.groupby("workload", as_index=False).sum(), top=20)
-    gpu = by_state["gpu_hours"]
-    smin = pd.Series(list(result["smin"])).dropna()
-    emax = pd.Series(list(result["emax"])).dropna()
-    return Exp(
-        by_state=by_state,
-        exposed_gpu_hours=float(gpu[gpu.index.isin(EXPOSED_STATES)].sum()),
-        timeout_gpu_hours=float(gpu.get("TIMEOUT", 0.0)),
-        chains=chains,
-        candidates=cands.reset_index(drop=True),
-        duplicates_ignored=int(result["n"].sum()),
-        window=(smin.min() if len(smin) else None, emax.max() if len(emax) else None),
-    )
+        (result,) = dask.compute(parts)
+    return combine_parts(list(result["part"]))

@@ -282,7 +282,12 @@ def _atomic_write(table: pa.Table, target: Path, metadata: Mapping[str, str]) ->
     schema_meta = dict(table.schema.metadata or {})
     schema_meta.update({k.encode(): v.encode() for k, v in metadata.items()})
     try:
-        pq.write_table(table.replace_schema_metadata(schema_meta), tmp, compression="zstd")
+        pq.write_table(
+            table.replace_schema_metadata(schema_meta),
+            tmp,
+            compression="zstd",
+            compression_level=1,
+        )
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, target)

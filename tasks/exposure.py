@@ -103,12 +103,21 @@ def allocations_only(jobs: Jobs) -> tuple[pa.Table, int]:
     table = table.unify_dictionaries().combine_chunks()
     if table.num_rows == 0:
         return table, 0
-    keyed = table.append_column("_row", pa.array(np.arange(table.num_rows)))
+    # Only rows whose job id occurs more than once can be duplicates (or requeue attempts):
+    # hash-group just those on the full key, which is far cheaper than grouping every row.
+    counts = pc.value_counts(table.column("job_id"))
+    repeated = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
+    if len(repeated) == 0:
+        return table, 0
+    rows = pa.array(np.arange(table.num_rows))
+    suspect = pc.is_in(table.column("job_id"), repeated)
+    keyed = table.filter(suspect).append_column("_row", rows.filter(suspect))
     first = keyed.group_by(list(DUPLICATE_KEY), use_threads=False).aggregate([("_row", "min")])
-    duplicates = table.num_rows - first.num_rows
+    duplicates = keyed.num_rows - first.num_rows
     if duplicates:
-        keep = np.sort(first.column("_row_min").to_numpy())
-        table = table.take(pa.array(keep))
+        drop = pc.invert(pc.is_in(keyed.column("_row"), first.column("_row_min")))
+        keep = pc.invert(pc.is_in(rows, keyed.column("_row").filter(drop)))
+        table = table.filter(keep)
     return table, duplicates
 
 
@@ -220,8 +229,9 @@ def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
     if not len(starts):
         return [], chain_of, []
     ids = np.asarray(
-        pc.cast(alloc.column("job_id"), pa.string()).take(pa.array(order)).to_pylist(), dtype=object
-    )[members]
+        pc.cast(alloc.column("job_id"), pa.string()).take(pa.array(order[members])).to_pylist(),
+        dtype=object,
+    )
     chains = np.split(ids, starts[1:])
     # Chains in the order their first allocation was submitted.
     first_submit = s[members][starts]
@@ -290,18 +300,51 @@ def _time_bound(alloc: pa.Table, name: str, fn: str) -> pd.Timestamp | None:
     return pd.Timestamp(value) if value is not None else None
 
 
-def compute_exposure(jobs: Jobs) -> Exposure:
+@dataclass(frozen=True)
+class ExposurePart:
+    """Exposure of one set of allocations holding every allocation of its (user, account,
+    job name) keys; parts combine into the whole (the out-of-core path makes many)."""
+
+    by_state: pd.DataFrame
+    chains: list[tuple[int, list[str]]]  # (first submit µs, job ids)
+    candidates: pd.DataFrame  # every workload with exposure, unranked
+    duplicates: int
+    window: tuple[pd.Timestamp | None, pd.Timestamp | None]
+
+
+def exposure_part(jobs: Jobs) -> ExposurePart:
     alloc, duplicates = allocations_only(jobs)
     hours = _hours(alloc)
-    by_state = exposure_by_state(alloc, hours)
+    chains, chain_of, first = find_chains(alloc)
+    return ExposurePart(
+        by_state=exposure_by_state(alloc, hours),
+        chains=list(zip(first, chains, strict=True)),
+        candidates=rank_candidates(alloc, chain_of, top=None, hours=hours),
+        duplicates=duplicates,
+        window=(_time_bound(alloc, "submit", "min"), _time_bound(alloc, "end", "max")),
+    )
+
+
+def combine_parts(parts: list[ExposurePart], top: int = 20) -> Exposure:
+    by_state = pd.concat([p.by_state for p in parts]).groupby(level=0).sum().sort_index()
     gpu = by_state["gpu_hours"]
-    chains, chain_of, _ = find_chains(alloc)
+    # In order of first submit; ties (same second) by job ids, so every path agrees.
+    chains = [ids for _, ids in sorted(c for p in parts for c in p.chains)]
+    # A workload (account, job name) can span parts, which are keyed by user too.
+    cands = pd.concat([p.candidates for p in parts], ignore_index=True).drop(columns="rank")
+    cands = cands.groupby("workload", as_index=False).sum()
+    starts = [p.window[0] for p in parts if p.window[0] is not None]
+    ends = [p.window[1] for p in parts if p.window[1] is not None]
     return Exposure(
         by_state=by_state,
         exposed_gpu_hours=float(gpu[gpu.index.isin(EXPOSED_STATES)].sum()),
         timeout_gpu_hours=float(gpu.get("TIMEOUT", 0.0)),
         chains=chains,
-        candidates=rank_candidates(alloc, chain_of, hours=hours),
-        duplicates_ignored=duplicates,
-        window=(_time_bound(alloc, "submit", "min"), _time_bound(alloc, "end", "max")),
+        candidates=order_candidates(cands, top),
+        duplicates_ignored=sum(p.duplicates for p in parts),
+        window=(min(starts) if starts else None, max(ends) if ends else None),
     )
+
+
+def compute_exposure(jobs: Jobs) -> Exposure:
+    return combine_parts([exposure_part(jobs)])

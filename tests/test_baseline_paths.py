@@ -1,0 +1,66 @@
+"""The in-memory and the out-of-core (Dask) baseline paths give the same answers."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from tasks.baseline import run_baseline
+from tasks.plan import load_plan
+from tasks.runctx import make_run_context
+from tests.conftest import HEADER, REPO
+
+STATES = ["COMPLETED"] * 6 + ["FAILED", "TIMEOUT", "CANCELLED by 7", "NODE_FAIL", "REQUEUED"]
+
+
+def _history(path: Path, n: int = 3000, seed: int = 7) -> None:
+    rng = random.Random(seed)
+    lines = [HEADER]
+    for i in range(n):
+        user, name = rng.randrange(15), rng.randrange(8)
+        day, hour = rng.randrange(1, 20), rng.randrange(0, 20)
+        elapsed = rng.randrange(60, 7200)
+        gpus = rng.choice([0, 1, 2, 4])
+        submit = f"2026-10-{day:02d}T{hour:02d}:00:00"
+        end_h, end_m = divmod(hour * 60 + elapsed // 60, 60)
+        end = f"2026-10-{day:02d}T{min(end_h, 23):02d}:{end_m:02d}:00"
+        tres = f"cpu=4,gres/gpu:a100={gpus},gres/gpu={gpus},node=1" if gpus else "cpu=4,node=1"
+        row = (
+            f"{1000 + i}|{1000 + i}|c1|gpu|user{user}|acct{user % 4}|job{name}|"
+            f"{rng.choice(STATES)}|0:0|{submit}|{submit}|{end}|00:00:00|{elapsed}|"
+            f"1-00:00:00|1|4|{tres}|n1"
+        )
+        lines.append(row)
+        if rng.random() < 0.03:  # the same job captured twice
+            lines.append(row)
+    path.write_text("\n".join(lines) + "\n")
+
+
+def test_memory_and_dask_paths_agree(tmp_path: Path) -> None:
+    dump = tmp_path / "history.psv"
+    _history(dump)
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
+    )
+    results = [
+        run_baseline(
+            plan,
+            make_run_context(plan, REPO / "plans" / "demo.yaml"),
+            sacct_file=str(dump),
+            use_dask=use_dask,
+        )
+        for use_dask in (False, True)
+    ]
+    memory, dask = (r.summary for r in results)
+    assert [r.path for r in results] == ["memory", "dask"]
+    assert results[0].exposure.duplicates_ignored == results[1].exposure.duplicates_ignored > 0
+    assert memory["chains"] and memory["chains"] == dask["chains"]
+    for key in ("rows_read", "rows_quarantined", "allocations_by_state"):
+        assert memory[key] == dask[key], key
+    for key in ("gpu_hours_by_state", "node_hours_by_state"):
+        assert memory[key] == pytest.approx(dask[key], rel=1e-12), key
+    assert memory["exposed_gpu_hours"] == pytest.approx(dask["exposed_gpu_hours"], rel=1e-12)
+    cands = [r.exposure.candidates[["workload", "exposed_allocations", "chains"]] for r in results]
+    assert cands[0].equals(cands[1])
