@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 FIELDS = (
     "JobID",
@@ -127,7 +127,11 @@ GPUS_PER_NODE_P = np.array([0.22, 0.33, 0.12, 0.18, 0.15])
 NNODES = np.array([1, 2, 4, 8, 16, 32])
 NNODES_P = np.array([0.95, 0.02, 0.015, 0.01, 0.004, 0.001])
 # GPU model: (type in gres, partition, node prefix, weight)
-GPU_TYPES = (("a100", "gpu-a100", "ga", 0.5), ("h100", "gpu-h100", "gh", 0.3), ("v100", "gpu-v100", "gv", 0.2))
+GPU_TYPES = (
+    ("a100", "gpu-a100", "ga", 0.5),
+    ("h100", "gpu-h100", "gh", 0.3),
+    ("v100", "gpu-v100", "gv", 0.2),
+)
 # Partitions: the GPU ones above, then these.
 OTHER_PARTITIONS = ("preempt", "debug", "cpu", "bigmem")
 NODES_PER_POOL = 256
@@ -138,7 +142,7 @@ FIRST_JOB_ID = 4_100_000
 
 N_USERS = 320
 N_ACCOUNTS = 80
-MEAN_NAMES_PER_USER = 10
+MEAN_NAMES_PER_USER = 14
 ARRAY_SUBMISSION_P = 0.0125  # share of submissions that are job arrays
 ARRAY_MEAN_TASKS = 20
 
@@ -212,8 +216,8 @@ def _job_name(rng: np.random.Generator) -> str:
     if r < 0.35:
         return f"{verb}_{model}"
     if r < 0.7:
-        return f"{verb}-{model}-{int(rng.integers(1, 40))}"
-    return f"{model}_{verb}_v{int(rng.integers(1, 9))}.sh"
+        return f"{verb}-{model}-{int(rng.integers(1, 100))}"
+    return f"{model}_{verb}_v{int(rng.integers(1, 20))}.sh"
 
 
 # --- numeric model --------------------------------------------------------------------------
@@ -251,9 +255,7 @@ def _model(rows: int, seed: int) -> dict[str, np.ndarray | list[str]]:
 
     g_user = _pick(rng, user_w, g)
     g_account = np.where(rng.random(g) < 0.9, home[g_user], second[g_user]).astype(np.int16)
-    g_name = (
-        name_start[g_user] + (rng.geometric(0.3, g) - 1) % n_names[g_user]
-    ).astype(np.int32)
+    g_name = (name_start[g_user] + (rng.geometric(0.3, g) - 1) % n_names[g_user]).astype(np.int32)
 
     # Resources per submission.
     g_gpn = GPUS_PER_NODE[_pick(rng, GPUS_PER_NODE_P, g)].astype(np.int16)
@@ -304,9 +306,9 @@ def _model(rows: int, seed: int) -> dict[str, np.ndarray | list[str]]:
     never_started |= (state == S["DEADLINE"]) & (rng.random(n) < DEADLINE_BEFORE_START)
     elapsed[never_started] = 0
     running = state == S["RUNNING"]
-    elapsed[running] = (rng.random(int(running.sum())) * np.minimum(limit_s[running], 3 * 86400)).astype(
-        np.int64
-    )
+    elapsed[running] = (
+        rng.random(int(running.sum())) * np.minimum(limit_s[running], 3 * 86400)
+    ).astype(np.int64)
     task = np.arange(n, dtype=np.int64) - offsets[group]
     wait = np.minimum(_lognormal(rng, 120, 2.0, n), 86400).astype(np.int64) + task * rng.integers(
         0, 60, n
@@ -440,7 +442,9 @@ def _format(m: dict, lo: int, hi: int) -> pa.Table:
     no_alloc = never  # nothing allocated: no AllocTRES, no nodes
 
     raw = _s(c["raw_id"])
-    job_id = pc.if_else(pa.array(c["in_array"]), _join(_s(c["array_id"]), _s(c["task"]), sep="_"), raw)
+    job_id = pc.if_else(
+        pa.array(c["in_array"]), _join(_s(c["array_id"]), _s(c["task"]), sep="_"), raw
+    )
 
     state_text = _take(STATE_NAMES, state)
     cancelled = state == S["CANCELLED"]
@@ -457,15 +461,15 @@ def _format(m: dict, lo: int, hi: int) -> pa.Table:
     gpus = c["gpn"].astype(np.int64) * nn
     cpus = c["cpn"].astype(np.int64) * nn
     mem_g = c["mem_g"].astype(np.int64) * nn
-    mem = pc.if_else(
-        pa.array(c["mem_in_m"]), _join(_s(mem_g * 1024), "M"), _join(_s(mem_g), "G")
-    )
+    mem = pc.if_else(pa.array(c["mem_in_m"]), _join(_s(mem_g * 1024), "M"), _join(_s(mem_g), "G"))
     gtype = _take([t[0] for t in GPU_TYPES], c["gtype"])
     has_gpu = gpus > 0
     style = c["tres_style"]
     gpu_s = _s(gpus)
     null = pa.scalar(None, pa.string())
-    typed = pc.if_else(pa.array(has_gpu & (style != 1)), _join("gres/gpu:", gtype, "=", gpu_s), null)
+    typed = pc.if_else(
+        pa.array(has_gpu & (style != 1)), _join("gres/gpu:", gtype, "=", gpu_s), null
+    )
     untyped = pc.if_else(pa.array(has_gpu & (style != 2)), _join("gres/gpu=", gpu_s), null)
     tres = pc.binary_join_element_wise(
         _join("billing=", _s(cpus + 8 * gpus)),
