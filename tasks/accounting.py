@@ -417,7 +417,9 @@ _ABSENT = ["", "Unknown", "None"]  # sacct's spellings of "no value"
 _READ_BLOCK = 4 << 20  # pyarrow parses blocks of this size in parallel
 
 
-def _read_block(data: bytes, names: list[str], sep: str, typed: bool) -> tuple[pa.Table, int]:
+def _read_block(
+    data: bytes | memoryview, names: list[str], sep: str, typed: bool
+) -> tuple[pa.Table, int]:
     """Read one block with pyarrow; returns the table and the number of malformed rows."""
     invalid = [0]
 
@@ -435,7 +437,7 @@ def _read_block(data: bytes, names: list[str], sep: str, typed: bool) -> tuple[p
     else:
         convert = pcsv.ConvertOptions(column_types=dict.fromkeys(names, pa.binary()))
     table = pcsv.read_csv(
-        io.BytesIO(data),
+        pa.BufferReader(pa.py_buffer(data)),
         read_options=pcsv.ReadOptions(column_names=names, block_size=_READ_BLOCK),
         parse_options=pcsv.ParseOptions(
             delimiter=sep, quote_char=False, escape_char=False, invalid_row_handler=on_invalid
@@ -446,11 +448,12 @@ def _read_block(data: bytes, names: list[str], sep: str, typed: bool) -> tuple[p
 
 
 def parse_block(
-    block: bytes,
+    block: bytes | memoryview,
     layout: DumpLayout,
     first_line: int,
     pseudonymiser: Pseudonymiser,
     *,
+    newlines: int | None = None,
     pseudonymise_job_names: bool = False,
     default_cluster: str = "unknown",
 ) -> ParsedBlock:
@@ -460,18 +463,20 @@ def parse_block(
     read again as raw bytes and every field is checked row by row (vectorised), so one bad
     value costs its block the slower path, never its neighbours a quarantine.
     """
-    data = block
+    data: bytes | memoryview = block
     if len(layout.delimiter) > 1:  # pyarrow's reader takes one byte: swap in a unit separator
-        data = data.replace(layout.delimiter, b"\x1f")
+        data = bytes(block).replace(layout.delimiter, b"\x1f")
     sep = "\x1f" if len(layout.delimiter) > 1 else layout.delimiter.decode()
     names = _column_names(layout)
     try:
         table, invalid = _read_block(data, names, sep, typed=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         table, invalid = _read_block(data, names, sep, typed=False)
-    n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") else 1)
+    if newlines is None:
+        newlines = bytes(block).count(b"\n")
+    n_lines = newlines + (0 if block[-1:] == b"\n" else 1)
     if invalid or table.num_rows != n_lines:
-        good_lines, quarantine = _classify_lines(block, layout, first_line)
+        good_lines, quarantine = _classify_lines(bytes(block), layout, first_line)
         lines = pa.array(good_lines, pa.int64())
     else:
         quarantine = []
@@ -706,24 +711,27 @@ def _quarantine_rows(
 
 def iter_blocks(
     stream: io.BufferedIOBase, block_bytes: int = BLOCK_BYTES
-) -> Iterator[tuple[bytes, int]]:
-    """Newline-aligned blocks and the 1-based line number each starts at."""
+) -> Iterator[tuple[memoryview, int, int]]:
+    """Newline-aligned blocks (zero-copy views), the 1-based line each starts at, and the
+    number of newlines each holds."""
     carry = b""
     line = 1
     while True:
         chunk = stream.read(block_bytes)
         if not chunk:
             break
-        data = carry + chunk
-        cut = data.rfind(b"\n")
-        if cut < 0:
+        data = carry + chunk if carry else chunk
+        newlines = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+        if not len(newlines):
             carry = data
             continue
-        block, carry = data[: cut + 1], data[cut + 1 :]
-        yield block, line
-        line += block.count(b"\n")
+        cut = int(newlines[-1]) + 1
+        view = memoryview(data)
+        yield view[:cut], line, len(newlines)
+        carry = bytes(view[cut:])
+        line += len(newlines)
     if carry:
-        yield carry, line
+        yield memoryview(carry), line, carry.count(b"\n")
 
 
 def _first_content_line(stream: io.BufferedIOBase) -> tuple[bytes, int, int]:
@@ -759,12 +767,13 @@ def parse_sacct_stream(
     else:
         stream.seek(first_offset)
         start_line = first_number
-    for block, offset in iter_blocks(stream, block_bytes):
+    for block, offset, newlines in iter_blocks(stream, block_bytes):
         yield parse_block(
             block,
             layout,
             start_line + offset - 1,
             pseudonymiser,
+            newlines=newlines,
             pseudonymise_job_names=pseudonymise_job_names,
         )
 

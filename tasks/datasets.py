@@ -230,16 +230,17 @@ def iso_week(ts: pd.Timestamp | None) -> str:
 
 
 def _week_labels(table: pa.Table, spec: DatasetSpec) -> pa.Array:
-    col = table.column(spec.week_from)
-    # ISO year and week, computed in Arrow so a 20 M-row table never goes through Python.
-    year = pc.iso_year(col)
-    week = pc.iso_week(col)
-    label = pc.binary_join_element_wise(
-        pc.cast(year, pa.string()),
-        pc.utf8_lpad(pc.cast(week, pa.string()), 2, "0"),
+    """ISO week label per row, worked out once per distinct UTC day and spread back."""
+    days = pc.dictionary_encode(
+        pc.floor_temporal(table.column(spec.week_from).combine_chunks(), unit="day")
+    )
+    distinct = days.dictionary
+    labels = pc.binary_join_element_wise(
+        pc.cast(pc.iso_year(distinct), pa.string()),
+        pc.utf8_lpad(pc.cast(pc.iso_week(distinct), pa.string()), 2, "0"),
         "-W",
     )
-    return pc.fill_null(label, "unknown")
+    return pc.fill_null(pc.take(labels, days.indices), "unknown")
 
 
 def conform(table: pa.Table | pd.DataFrame, spec: DatasetSpec) -> pa.Table:

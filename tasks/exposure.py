@@ -97,20 +97,24 @@ def as_table(jobs: Jobs) -> pa.Table:
 def allocations_only(jobs: Jobs) -> tuple[pa.Table, int]:
     """Allocation rows (not steps), exact duplicate captures dropped; (rows, duplicates)."""
     table = as_table(jobs)
+    # Select first: filtering copies every column it keeps.
+    table = table.select(
+        [c for c in (*EXPOSURE_INPUT_COLUMNS, "is_allocation") if c in table.column_names]
+    )
     if "is_allocation" in table.column_names:
-        table = table.filter(pc.fill_null(table.column("is_allocation"), False))
-    table = table.select([c for c in EXPOSURE_INPUT_COLUMNS if c in table.column_names])
-    table = table.unify_dictionaries().combine_chunks()
+        is_alloc = pc.fill_null(table.column("is_allocation"), False)
+        if not pc.all(is_alloc).as_py():
+            table = table.filter(is_alloc)
+        table = table.drop_columns("is_allocation")
+    table = table.unify_dictionaries()
     if table.num_rows == 0:
         return table, 0
-    # Only rows whose job id occurs more than once can be duplicates (or requeue attempts):
-    # hash-group just those on the full key, which is far cheaper than grouping every row.
-    counts = pc.value_counts(table.column("job_id"))
-    repeated = counts.field("values").filter(pc.greater(counts.field("counts"), 1))
-    if len(repeated) == 0:
+    # Only rows whose raw job id repeats can be duplicate captures (or requeue attempts):
+    # group just those on the full key, which is far cheaper than grouping every row.
+    suspect = pa.array(_repeats(table.column("job_id_raw")))
+    if not pc.any(suspect).as_py():
         return table, 0
     rows = pa.array(np.arange(table.num_rows))
-    suspect = pc.is_in(table.column("job_id"), repeated)
     keyed = table.filter(suspect).append_column("_row", rows.filter(suspect))
     first = keyed.group_by(list(DUPLICATE_KEY), use_threads=False).aggregate([("_row", "min")])
     duplicates = keyed.num_rows - first.num_rows
@@ -119,6 +123,22 @@ def allocations_only(jobs: Jobs) -> tuple[pa.Table, int]:
         keep = pc.invert(pc.is_in(rows, keyed.column("_row").filter(drop)))
         table = table.filter(keep)
     return table, duplicates
+
+
+def _numeric_ids(col: pa.ChunkedArray) -> np.ndarray | None:
+    """Raw job ids as int64 when they all are numbers (sacct's always are), else None."""
+    try:
+        return pc.cast(col, pa.int64()).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def _repeats(col: pa.ChunkedArray) -> np.ndarray:
+    """Mask of rows whose value occurs more than once."""
+    ids = _numeric_ids(col)
+    if ids is not None and not col.null_count:
+        return pd.Series(ids).duplicated(keep=False).to_numpy()
+    return pd.Series(_codes(col)[0]).duplicated(keep=False).to_numpy()
 
 
 def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
@@ -174,6 +194,18 @@ def exposure_by_state(alloc: pa.Table, hours: _Hours | None = None) -> pd.DataFr
     return out[out["allocations"] > 0].sort_index()
 
 
+def _workload_key(table: pa.Table, columns: tuple[str, ...]) -> np.ndarray:
+    """One int64 per distinct combination of the columns (sortable, comparable)."""
+    key = np.zeros(table.num_rows, dtype=np.int64)
+    for name in columns:
+        codes, values = _codes(table.column(name))
+        if key.max(initial=0) >= (1 << 62) // len(values):
+            # Re-densify so the product of cardinalities never overflows int64.
+            key = np.unique(key, return_inverse=True)[1].astype(np.int64)
+        key = key * len(values) + codes
+    return key
+
+
 def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
     """Resubmission chains in submit order, each allocation's chain number (-1: none), and
     each chain's first submit time (epoch µs) so chains from several partitions can merge.
@@ -189,29 +221,22 @@ def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
         return [], chain_of, []
     missing = np.iinfo(np.int64).min
     submit, end = _epoch_us(alloc, "submit"), _epoch_us(alloc, "end")
-    user, _ = _codes(alloc.column("user"))
-    account, _ = _codes(alloc.column("account"))
-    name, _ = _codes(alloc.column("job_name"))
+    key = _workload_key(alloc, ("user", "account", "job_name"))
     state_codes, states = _codes(alloc.column("state"))
     completed = np.array([s == "COMPLETED" for s in states])[state_codes]
     sort_submit = np.where(submit == missing, np.iinfo(np.int64).max, submit)
-    order = np.lexsort((sort_submit, name, account, user))
-    u, a, nm = user[order], account[order], name[order]
-    s, e, ok = submit[order], end[order], completed[order]
+    order = np.lexsort((sort_submit, key))
+    k, s, e, ok = key[order], submit[order], end[order], completed[order]
+    del sort_submit, completed
     same_key = np.zeros(n, dtype=bool)
-    same_key[1:] = (u[1:] == u[:-1]) & (a[1:] == a[:-1]) & (nm[1:] == nm[:-1])
-    # Same job (a requeue): compare neighbours' (cluster, raw id) in sorted order.
-    job_ids = pc.binary_join_element_wise(
-        pc.cast(alloc.column("cluster"), pa.string()),
-        pc.cast(alloc.column("job_id_raw"), pa.string()),
-        "@",
-    ).take(pa.array(order))
-    same_id = np.zeros(n, dtype=bool)
-    if n > 1:
-        same_id[1:] = pc.equal(job_ids.slice(1), job_ids.slice(0, n - 1)).to_numpy(
-            zero_copy_only=False
-        )
-    same_job = same_key & same_id
+    same_key[1:] = k[1:] == k[:-1]
+    # Same job (a requeue): neighbours with the same cluster and raw id.
+    cluster = _codes(alloc.column("cluster"))[0][order]
+    raw_ids = _numeric_ids(alloc.column("job_id_raw"))
+    raw = raw_ids[order] if raw_ids is not None else _codes(alloc.column("job_id_raw"))[0][order]
+    same_job = np.zeros(n, dtype=bool)
+    same_job[1:] = same_key[1:] & (raw[1:] == raw[:-1]) & (cluster[1:] == cluster[:-1])
+    del cluster, raw, raw_ids
     gap = np.zeros(n, dtype=np.int64)
     gap[1:] = s[1:] - e[:-1]
     known = np.zeros(n, dtype=bool)
