@@ -11,10 +11,9 @@ atomically (temp file + rename), append-only: an existing file is never rewritte
 
 from __future__ import annotations
 
-import json
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,13 +221,6 @@ def dataset_dir(data_dir: str | Path, poc: str, spec: DatasetSpec) -> Path:
     return Path(data_dir) / poc / spec.name
 
 
-def iso_week(ts: pd.Timestamp | None) -> str:
-    if ts is None or pd.isna(ts):
-        return "unknown"
-    year, week, _ = ts.isocalendar()
-    return f"{year}-W{week:02d}"
-
-
 def _week_labels(table: pa.Table, spec: DatasetSpec) -> pa.Array:
     """ISO week label per row, worked out once per distinct UTC day and spread back."""
     days = pc.dictionary_encode(
@@ -361,19 +353,3 @@ def read_dataset_dask(spec: DatasetSpec, *, data_dir: str | Path, poc: str) -> A
 def normalise_dtypes(df: pd.DataFrame, spec: DatasetSpec) -> pd.DataFrame:
     dtypes = {c: t for c, t in spec.pandas_dtypes.items() if c in df.columns}
     return df.astype(dtypes)
-
-
-def rows_with_context(
-    rows: Iterable[Mapping[str, Any]], *, poc: str, run_id: str, fingerprint: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """Stamp run identity and fingerprint on plain row dicts."""
-    return [{**r, "poc": poc, "run_id": run_id, **fingerprint} for r in rows]
-
-
-def file_metadata(table_path: str | Path) -> dict[str, str]:
-    meta = pq.read_schema(table_path).metadata or {}
-    return {k.decode(): v.decode() for k, v in meta.items()}
-
-
-def describe(spec: DatasetSpec) -> str:
-    return json.dumps({"name": spec.name, "key": spec.key, "columns": spec.column_names}, indent=1)

@@ -38,7 +38,3 @@ class GateFailed(CkptPocError):
 
 class SecretError(CkptPocError):
     """A required secret (e.g. the pseudonymisation key) is not available."""
-
-
-class BlastRadiusError(CkptPocError):
-    """An action targeted something the plan does not name."""

@@ -336,6 +336,3 @@ def load_plan(path: str | Path) -> Plan:
         return Plan.model_validate(data)
     except ValidationError as exc:
         raise PlanError(path, _problem_lines(path, root, exc)) from exc
-
-
-ensure_plan_is_valid = load_plan

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from tasks.datasets import DATASETS, GATES, conform, read_dataset, read_dataset_dask, write_dataset
@@ -63,10 +64,20 @@ def test_fingerprint_has_explicit_none_without_gpu() -> None:
 
 
 def test_write_is_partitioned_atomic_and_append_only(tmp_path: Path) -> None:
-    files = write_dataset(_gate_rows(), GATES, data_dir=tmp_path, poc="p", run_id="r1")
+    files = write_dataset(
+        _gate_rows(),
+        GATES,
+        data_dir=tmp_path,
+        poc="p",
+        run_id="r1",
+        metadata={"ckpt_poc.plan_hash": "abc"},
+    )
     assert [f.relative_to(tmp_path).as_posix() for f in files] == [
         "p/gates/week=2026-W49/r1.parquet"
     ]
+    meta = pq.read_schema(files[0]).metadata
+    assert meta[b"ckpt_poc.plan_hash"] == b"abc" and meta[b"ckpt_poc.run_id"] == b"r1"
+    assert meta[b"ckpt_poc.dataset"] == b"gates" and b"ckpt_poc.schema_version" in meta
     with pytest.raises(DatasetError, match="append-only"):
         write_dataset(_gate_rows(), GATES, data_dir=tmp_path, poc="p", run_id="r1")
     assert not list(tmp_path.rglob("*.tmp")), "no temp file left behind"
