@@ -118,3 +118,27 @@ def test_conform_orders_and_casts() -> None:
     t = conform(_gate_rows()[list(reversed(GATES.column_names))], GATES)
     assert t.schema.names == GATES.column_names
     assert t.schema.field("checked_at").type == pa.timestamp("us", tz="UTC")
+
+
+def test_a_failed_gate_is_stored_and_blocks(tmp_path: Path) -> None:
+    from tasks.errors import GateFailed
+    from tasks.gates import plain_check, record_and_enforce
+    from tasks.plan import load_plan
+    from tasks.runctx import make_run_context
+    from tests.conftest import REPO
+
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(update={"data_dir": str(tmp_path)})
+    ctx = make_run_context(plan, REPO / "plans" / "demo.yaml", run_id="gate-run")
+    df = _gate_rows()
+    df.loc[0, "gate"] = None
+    checks = [
+        *validate_dataset("baseline", GATES, df),
+        plain_check("baseline", "jobs", "rows_reconcile", False, read=3, parsed=1),
+    ]
+    with pytest.raises(GateFailed) as info:
+        record_and_enforce(checks, ctx)
+    message = str(info.value)
+    assert "expect_column_values_to_not_be_null on gates.gate" in message
+    assert "rows_reconcile on jobs" in message and '"read": 3' in message
+    stored = read_dataset(GATES, data_dir=tmp_path, poc="demo", run_id="gate-run")
+    assert len(stored) == len(checks) and (~stored["success"].astype(bool)).sum() == 2
