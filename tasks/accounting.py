@@ -721,15 +721,15 @@ def iter_blocks(
         if not chunk:
             break
         data = carry + chunk if carry else chunk
-        newlines = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
-        if not len(newlines):
+        cut = data.rfind(b"\n") + 1
+        if not cut:
             carry = data
             continue
-        cut = int(newlines[-1]) + 1
         view = memoryview(data)
-        yield view[:cut], line, len(newlines)
+        newlines = data.count(b"\n", 0, cut)
+        yield view[:cut], line, newlines
         carry = bytes(view[cut:])
-        line += len(newlines)
+        line += newlines
     if carry:
         yield memoryview(carry), line, carry.count(b"\n")
 
