@@ -112,6 +112,7 @@ def demo() -> None:
         # pseudonyms that do not link across runs. Real runs must set the key.
         os.environ[KEY_ENV] = secrets.token_hex(32)
         err.print(f"[yellow]{KEY_ENV} not set: using a one-off key for this demo run[/]")
+    os.chdir(DEMO_PLAN.parent.parent)  # the demo plan's relative paths are repo-relative
     plan_check_cmd(DEMO_PLAN)
     _run_baseline(DEMO_PLAN, None, False, False, None, None)
 
