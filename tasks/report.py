@@ -39,9 +39,12 @@ def exposure_table(result: BaselineResult) -> Table:
         table.add_column(col, justify="left" if col in ("state", "counts as") else "right")
     for row in exposure_rows(result):
         table.add_row(
-            row["state"], str(row["allocations"]), f"{row['node_hours']:.3f}",
-            f"{row['gpu_hours']:.3f}", row["counts_as"],
-        )  # fmt: skip
+            row["state"],
+            str(row["allocations"]),
+            f"{row['node_hours']:.3f}",
+            f"{row['gpu_hours']:.3f}",
+            row["counts_as"],
+        )
     table.caption = (
         f"rows read {s['rows_read']}, quarantined {s['rows_quarantined']}, duplicate captures "
         f"ignored {result.exposure.duplicates_ignored} · exposed GPU-h "
@@ -52,14 +55,21 @@ def exposure_table(result: BaselineResult) -> Table:
 
 
 def candidates_table(result: BaselineResult) -> Table:
-    table = Table(title="Candidate workloads (account/job name), by exposed GPU-hours")
-    for col in ("rank", "workload", "exposed GPU-h", "exposed allocs", "chains", "allocs"):
-        table.add_column(col, justify="left" if col == "workload" else "right")
+    table = Table(title="Candidate workloads, by exposed GPU-hours")
+    for col in ("rank", "job name", "account", "exposed GPU-h", "exposed allocs", "chains"):
+        table.add_column(
+            col, justify="left" if col in ("job name", "account") else "right", overflow="fold"
+        )
     for _, r in result.exposure.candidates.iterrows():
+        account, _, name = str(r["workload"]).partition("/")
         table.add_row(
-            str(r["rank"]), str(r["workload"]), f"{r['exposed_gpu_hours']:.3f}",
-            str(r["exposed_allocations"]), str(r["chains"]), str(r["allocations"]),
-        )  # fmt: skip
+            str(r["rank"]),
+            name,
+            account,
+            f"{r['exposed_gpu_hours']:.3f}",
+            str(r["exposed_allocations"]),
+            str(r["chains"]),
+        )
     return table
 
 
