@@ -98,9 +98,12 @@ def _run_baseline(
         return
     out.print(exposure_table(result))
     out.print(candidates_table(result))
+    written = {name: len(files) for name, files in result.written.items() if files}
+    first = next(iter(f for files in result.written.values() for f in files), None)
+    out.print(f"pseudonymisation key from {result.key_origin}")
     out.print(
-        f"pseudonymisation key from {result.key_origin}; datasets under "
-        f"{next(iter(result.written.get('jobs', [])), 'nothing written')}"
+        f"files written under {first.parents[2] if first else 'nowhere'}: {written}",
+        highlight=False,
     )
 
 
