@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from tasks import accounting as acct
 from tasks.datasets import (
+    DATASETS,
     EXPOSURE,
     JOBS,
     QUARANTINE,
@@ -145,7 +146,6 @@ def exposure_frame(exp: Exposure, ctx: RunContext) -> pd.DataFrame:
         "provenance": "measured",
     }
     rows = []
-    chains_by_state: dict[str, int] = {}
     for state, r in exp.by_state.iterrows():
         exposed = state in EXPOSED_STATES
         rows.append(
@@ -160,7 +160,7 @@ def exposure_frame(exp: Exposure, ctx: RunContext) -> pd.DataFrame:
                 "exposed_gpu_hours": float(r["gpu_hours"]) if exposed else 0.0,
                 "timeout_gpu_hours": float(r["gpu_hours"]) if state == "TIMEOUT" else 0.0,
                 "exposed_allocations": int(r["allocations"]) if exposed else 0,
-                "chains": chains_by_state.get(state, 0),
+                "chains": 0,  # chains are counted per workload (kind=candidate)
                 "rank": None,
             }
         )
@@ -199,11 +199,9 @@ def baseline_checks(
             parsed=parsed,
             quarantined=quarantined,
         ),
-        plain_check(gate, "jobs", "has_allocations", parsed > 0 or quarantined > 0, parsed=parsed),
+        plain_check(gate, "jobs", "input_has_rows", ingested_rows > 0, rows_read=ingested_rows),
     ]
     for spec_name, df in frames.items():
-        from tasks.datasets import DATASETS
-
         if len(df):
             checks.extend(validate_dataset(gate, DATASETS[spec_name], df))
     return checks

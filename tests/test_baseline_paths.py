@@ -64,3 +64,18 @@ def test_memory_and_dask_paths_agree(tmp_path: Path) -> None:
     assert memory["exposed_gpu_hours"] == pytest.approx(dask["exposed_gpu_hours"], rel=1e-12)
     cands = [r.exposure.candidates[["workload", "exposed_allocations", "chains"]] for r in results]
     assert cands[0].equals(cands[1])
+
+
+def test_an_empty_history_is_refused_by_the_gate(tmp_path: Path) -> None:
+    from tasks.errors import GateFailed
+
+    dump = tmp_path / "empty.psv"
+    dump.write_text(HEADER + "\n")
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
+    )
+    with pytest.raises(GateFailed, match="input_has_rows on jobs"):
+        run_baseline(
+            plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), sacct_file=str(dump)
+        )
+    assert not list((tmp_path / "data").rglob("jobs/*/*.parquet"))
