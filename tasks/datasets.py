@@ -211,7 +211,25 @@ GATES = DatasetSpec(
     ),
 )
 
-DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (JOBS, QUARANTINE, EXPOSURE, GATES)}
+EVENTS = DatasetSpec(
+    name="events",
+    doc="Every moment that matters, on one clock: a clock is a pair of event names.",
+    key=("run_id", "trial_id", "arm", "event", "t_mono_ns"),
+    week_from="t_wall",
+    columns=(
+        *_RUN,
+        Column("trial_id", S, False),
+        Column("arm", S, False, allowed=("managed", "unmanaged")),
+        Column("event", S, False),
+        Column("t_wall", TS, False, doc="UTC wall clock, for people and partitions"),
+        Column("t_mono_ns", I64, False, min=0, doc="CLOCK_MONOTONIC ns: durations use this"),
+        Column("host", S, False),
+        Column("detail", S, doc="JSON: what the event carries (step, bytes, pid, …)"),
+        *_FP,
+    ),
+)
+
+DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (JOBS, QUARANTINE, EXPOSURE, GATES, EVENTS)}
 
 
 # --- the store -------------------------------------------------------------------------------

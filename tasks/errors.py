@@ -38,3 +38,7 @@ class GateFailed(CkptPocError):
 
 class SecretError(CkptPocError):
     """A required secret (e.g. the pseudonymisation key) is not available."""
+
+
+class BlastRadiusError(CkptPocError):
+    """An action targeted something the plan (or this run) does not name."""

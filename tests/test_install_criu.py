@@ -1,6 +1,6 @@
 """scripts/install-criu: finds or builds a working CRIU 4.x and prints its path, nothing else.
 
-The first run on a machine builds CRIU from Debian trixie's source package (about a
+The first run on a machine builds CRIU from Debian testing's source package (about a
 minute, most of it `make`); later runs use the cached build in .tools/criu. The build
 fetches its source through a private apt state, so /etc/apt must be byte-identical
 afterwards: the test hashes the whole tree before and after.

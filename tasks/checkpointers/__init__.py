@@ -1,0 +1,1 @@
+"""Checkpointers, one interface: `criu` (real here), `none` (the unmanaged arm); `cedana` next."""

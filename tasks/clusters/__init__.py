@@ -1,0 +1,1 @@
+"""Cluster backends: where workload copies run (local slots now; Slurm and Kubernetes next)."""

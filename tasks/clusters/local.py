@@ -1,0 +1,139 @@
+"""The local cluster: the plan's nodes are named slots on this machine.
+
+Each workload copy starts from an argv list in its own PID namespace and session
+(`unshare --pid --fork setsid ARGV`), so a CRIU restore never collides with a lingering
+PID, with stdout and stderr appended to a log in the run folder. Every process the engine
+starts or restores is tracked by pid and ended by pid when the run ends or fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tasks.errors import BlastRadiusError, CkptPocError
+
+
+class ProcessError(CkptPocError):
+    """A workload process could not be started or found."""
+
+
+@dataclass
+class WorkloadProcess:
+    """One running copy: the workload's own pid (host view), its slot, arm and log."""
+
+    slot: str
+    arm: str
+    pid: int
+    log: Path
+    launcher: subprocess.Popen | None = None  # the `unshare` parent, when we started it
+
+    def alive(self) -> bool:
+        return pid_alive(self.pid)
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+            return [int(p) for p in fh.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+@dataclass
+class LocalCluster:
+    """Named slots on this machine; everything it starts is tracked and ended by pid."""
+
+    nodes: list[str]
+    run_dir: Path
+    workdir: Path  # where workload commands run (their relative paths resolve here)
+    tracked: dict[int, WorkloadProcess] = field(default_factory=dict)
+
+    def _check_slot(self, slot: str) -> None:
+        if slot not in self.nodes:
+            raise BlastRadiusError(f"slot {slot!r} is not one of the plan's nodes {self.nodes}")
+
+    def log_path(self, slot: str, arm: str) -> Path:
+        return self.run_dir / f"{slot}-{arm}.log"
+
+    def start(
+        self,
+        slot: str,
+        arm: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        timeout: float = 10.0,
+    ) -> WorkloadProcess:
+        """Start ``argv`` in a new PID namespace and session on ``slot``."""
+        self._check_slot(slot)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path(slot, arm)
+        with open(log, "ab") as out:  # append mode: CRIU restores it whatever it grew to
+            launcher = subprocess.Popen(
+                ["unshare", "--pid", "--fork", "setsid", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env={**os.environ, **(env or {})},
+                cwd=self.workdir,
+            )
+        deadline = time.monotonic() + timeout
+        while not (kids := _children(launcher.pid)):
+            if launcher.poll() is not None or time.monotonic() > deadline:
+                launcher.kill()
+                launcher.wait()
+                raise ProcessError(f"could not start {argv[0]!r} on {slot}: see {log}")
+            time.sleep(0.002)
+        proc = WorkloadProcess(slot, arm, kids[0], log, launcher)
+        self.tracked[proc.pid] = proc
+        return proc
+
+    def adopt(self, slot: str, arm: str, pid: int) -> WorkloadProcess:
+        """Track a process the engine did not fork (a CRIU restore re-parents to init)."""
+        self._check_slot(slot)
+        proc = WorkloadProcess(slot, arm, pid, self.log_path(slot, arm))
+        self.tracked[pid] = proc
+        return proc
+
+    def kill(self, proc: WorkloadProcess, sig: int = signal.SIGKILL) -> None:
+        """Signal one of this run's own processes (and nothing else)."""
+        if proc.pid not in self.tracked:
+            raise BlastRadiusError(f"pid {proc.pid} is not a process this run started")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+
+    def wait_gone(self, proc: WorkloadProcess, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while proc.alive() and time.monotonic() < deadline:
+            if proc.launcher is not None:
+                proc.launcher.poll()  # reap our own child so it cannot linger as a zombie
+            time.sleep(0.005)
+        if proc.launcher is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.launcher.wait(timeout=max(0.0, deadline - time.monotonic()))
+        return not proc.alive()
+
+    def stop_all(self, timeout: float = 10.0) -> list[int]:
+        """End every tracked process by pid (SIGKILL: a namespace's pid 1 ignores SIGTERM);
+        return the pids still alive afterwards (empty when all are gone)."""
+        for proc in list(self.tracked.values()):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+        left = [p.pid for p in self.tracked.values() if not self.wait_gone(p, timeout)]
+        self.tracked = {pid: self.tracked[pid] for pid in left}
+        return left

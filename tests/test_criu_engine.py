@@ -1,0 +1,258 @@
+"""The embedded default engine with real CRIU: real workloads dumped, killed and restored.
+
+Every test runs the example workloads as real processes in their own PID namespaces on the
+local cluster's slots, checkpoints them with the CRIU that scripts/install-criu provides,
+and ends with nothing left running.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tasks.checkpointers.criu import CriuCheckpointer, CriuError, PeriodicCheckpoints
+from tasks.checkpointers.none import NoCheckpointer
+from tasks.clock import EventRecorder
+from tasks.clusters.local import LocalCluster
+from tasks.errors import BlastRadiusError
+from tasks.plan import load_plan
+from tasks.probes import LogProgressProbe, last_step_before, wait_ready
+from tasks.runctx import make_run_context
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.criu
+
+STEP = re.compile(r"^step=(\d+) loss=(\S+)$", re.M)
+TRAIN = [sys.executable, "-m", "examples.train_digits", "--seed", "3"]
+
+
+@pytest.fixture(scope="session")
+def criu_binary() -> str:
+    done = subprocess.run(
+        [str(REPO / "scripts" / "install-criu")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def engine(tmp_path: Path, criu_binary: str):
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
+    )
+    ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
+    recorder = EventRecorder(ctx)
+    cluster = LocalCluster(nodes=list(plan.cluster.nodes), run_dir=tmp_path / "run", workdir=REPO)
+    yield cluster, recorder, criu_binary, tmp_path
+    left = cluster.stop_all()
+    assert left == [], f"processes left running: {left}"
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
+    assert str(tmp_path) not in ps, "a process of this test outlived it"
+
+
+def _losses(text: str) -> dict[int, str]:
+    return {int(s): loss for s, loss in STEP.findall(text)}
+
+
+def test_training_restored_resumes_at_the_checkpoint_step_with_identical_losses(engine) -> None:
+    cluster, recorder, criu, tmp = engine
+    args = ["--steps", "250", "--step-sleep", "0.02"]
+    reference = subprocess.run(
+        [*TRAIN, *args], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    want = _losses(reference)
+    assert len(want) == 250
+
+    proc = cluster.start("local-a", "managed", [*TRAIN, *args])
+    probe = LogProgressProbe(proc.log, r"^step=(\d+) ", recorder, "t1", "managed").start()
+    ckpt = CriuCheckpointer(tmp / "ckpt", keep=2, recorder=recorder, trial_id="t1", binary=criu)
+    periodic = PeriodicCheckpoints(ckpt, proc, interval_s=1.0).start()
+    try:
+        assert probe.wait_for(lambda s: s.step >= 5, timeout=30)
+        deadline = time.monotonic() + 30
+        while len(ckpt.complete()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        periodic.stop()
+    assert len(ckpt.complete()) == 2, periodic.errors  # keep=2 pruned the older ones
+    last = ckpt.last_complete()
+    held = last_step_before(proc.log, last.held_log_bytes, r"^step=(\d+) ")
+    assert held is not None and 0 < held < 250
+
+    recorder.record("t1", "managed", "fault_injected", signal="SIGKILL")
+    cluster.kill(proc)
+    assert cluster.wait_gone(proc)
+    killed_at = proc.log.stat().st_size
+    restored = ckpt.restore(cluster, "local-a")
+    deadline = time.monotonic() + 60
+    while "done step=250" not in proc.log.read_text()[killed_at:]:
+        assert time.monotonic() < deadline, proc.log.read_text()[-2000:]
+        time.sleep(0.05)
+    probe.stop()
+    after = _losses(proc.log.read_text()[killed_at:])
+    # It resumed at exactly the step the checkpoint held, and computes what an
+    # uninterrupted run computes, bit for bit.
+    assert min(after) == held + 1
+    assert after == {s: want[s] for s in range(held + 1, 251)}
+    assert cluster.wait_gone(restored, timeout=30)
+    end = recorder.events(event="checkpoint_end")[-1].detail
+    assert end["image_bytes"] > 1_000_000 and end["frozen_us"] > 0 and end["dump_s"] > 0
+    files = recorder.flush()
+    assert files and all(f.exists() for f in files)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _get(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def test_restored_server_is_ready_and_answers_the_same(engine) -> None:
+    cluster, recorder, criu, tmp = engine
+    port = _free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = cluster.start(
+        "local-b",
+        "managed",
+        [sys.executable, "-m", "examples.serve_digits", "--port", str(port), "--init-steps", "100"],
+    )
+    assert wait_ready(f"{base}/ready", recorder, "t2", "managed", timeout=60, alive=proc.alive)
+    before = [_get(f"{base}/predict?i={i}") for i in (0, 7, 42)]
+    ckpt = CriuCheckpointer(tmp / "ckpt", keep=1, recorder=recorder, trial_id="t2", binary=criu)
+    ckpt.dump(proc)
+    cluster.kill(proc)
+    assert cluster.wait_gone(proc)
+    restored = ckpt.restore(cluster, "local-b")
+    assert wait_ready(f"{base}/ready", recorder, "t2", "managed", timeout=30, alive=restored.alive)
+    assert [_get(f"{base}/predict?i={i}") for i in (0, 7, 42)] == before
+    ready = recorder.events(event="ready")
+    restored_ev = recorder.events(event="restored")[0]
+    assert ready[-1].t_mono_ns > restored_ev.t_mono_ns
+
+
+def test_missing_partial_and_corrupt_checkpoints(engine) -> None:
+    cluster, recorder, criu, tmp = engine
+    ckpt = CriuCheckpointer(tmp / "ckpt", keep=3, recorder=recorder, trial_id="t3", binary=criu)
+    with pytest.raises(CriuError, match="no complete checkpoint"):
+        ckpt.restore(cluster, "local-a")
+    proc = cluster.start("local-a", "managed", [*TRAIN, "--steps", "100000"])
+    LogProgressProbe(proc.log, r"^step=(\d+) ", recorder, "t3", "managed").start().wait_for(
+        lambda s: s.step >= 3, timeout=30
+    )
+    good = ckpt.dump(proc)
+    # A dump cut short (no COMPLETE record) is never chosen.
+    partial = tmp / "ckpt" / "ckpt-99999"
+    partial.mkdir()
+    for img in list(good.path.glob("*.img"))[:3]:
+        (partial / img.name).write_bytes(img.read_bytes()[:10])
+    assert ckpt.last_complete() == good
+    # A complete but corrupt one fails with CRIU's own words, and nothing is left running.
+    cluster.kill(proc)
+    assert cluster.wait_gone(proc)
+    for core in good.path.glob("core-*.img"):
+        core.write_bytes(b"\x00" * 7)
+    with pytest.raises(CriuError, match="criu restore of checkpoint") as info:
+        ckpt.restore(cluster, "local-a")
+    assert "Error" in str(info.value)
+    assert recorder.events(event="restore_failed")
+
+
+def test_a_restore_that_hangs_is_killed_with_its_children(engine) -> None:
+    cluster, recorder, criu, tmp = engine
+    ckpt = CriuCheckpointer(
+        tmp / "ckpt", keep=1, recorder=recorder, trial_id="t6", binary=criu, timeout_s=8
+    )
+    proc = cluster.start("local-a", "managed", [*TRAIN, "--steps", "100000"])
+    LogProgressProbe(proc.log, r"^step=(\d+) ", recorder, "t6", "managed").start().wait_for(
+        lambda s: s.step >= 3, timeout=30
+    )
+    good = ckpt.dump(proc)
+    cluster.kill(proc)
+    assert cluster.wait_gone(proc)
+    # Truncated page images make CRIU 4.2's restorer spin instead of failing.
+    for img in good.path.glob("pages-*.img"):
+        img.write_bytes(img.read_bytes()[: img.stat().st_size // 3])
+    with pytest.raises(CriuError, match="did not finish within 8 s"):
+        ckpt.restore(cluster, "local-a")
+    time.sleep(0.5)
+    ps = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True).stdout
+    running = [line for line in ps.splitlines() if str(good.path) in line and "Z" not in line[:2]]
+    assert running == []
+
+
+def test_interval_shorter_than_a_dump_records_skips_instead_of_piling_up(engine) -> None:
+    cluster, recorder, criu, tmp = engine
+    proc = cluster.start("local-a", "managed", [*TRAIN, "--steps", "100000", "--state-mb", "256"])
+    LogProgressProbe(proc.log, r"^step=(\d+) ", recorder, "t4", "managed").start().wait_for(
+        lambda s: s.step >= 2, timeout=60
+    )
+    ckpt = CriuCheckpointer(tmp / "ckpt", keep=1, recorder=recorder, trial_id="t4", binary=criu)
+    periodic = PeriodicCheckpoints(ckpt, proc, interval_s=0.05).start()
+    time.sleep(3)
+    periodic.stop()
+    starts = recorder.events(event="checkpoint_start")
+    ends = recorder.events(event="checkpoint_end")
+    assert len(ends) >= 2 and len(starts) == len(ends) + len(periodic.errors)
+    for prev_end, nxt in zip(ends, starts[1:], strict=False):
+        assert nxt.t_mono_ns >= prev_end.t_mono_ns, "a dump started before the last ended"
+    skipped = recorder.events(event="checkpoint_skipped")
+    assert skipped and sum(e.detail["ticks"] for e in skipped) > 0
+
+
+def test_unmanaged_restarts_from_the_app_checkpoint(engine) -> None:
+    cluster, recorder, _, tmp = engine
+    app_dir = tmp / "app-ckpt"
+    argv = [
+        *TRAIN,
+        "--steps",
+        "120",
+        "--step-sleep",
+        "0.01",
+        "--checkpoint-every",
+        "20",
+        "--checkpoint-dir",
+        str(app_dir),
+    ]
+    arm = NoCheckpointer(recorder, "t5", app_dir / "ckpt.npz", ["--resume"])
+    assert arm.recoverable_point().kind == "start"
+    proc = cluster.start("local-a", "unmanaged", argv)
+    probe = LogProgressProbe(proc.log, r"^step=(\d+) ", recorder, "t5", "unmanaged").start()
+    assert probe.wait_for(lambda s: s.step >= 50, timeout=30)
+    cluster.kill(proc, signal.SIGKILL)
+    assert cluster.wait_gone(proc)
+    assert arm.recoverable_point().kind == "app_checkpoint"
+    killed_at = proc.log.stat().st_size
+    again = arm.restart(cluster, "local-a", argv)
+    assert cluster.wait_gone(again, timeout=60)
+    probe.stop()
+    text = proc.log.read_text()[killed_at:]
+    resumed = int(re.search(r"resumed step=(\d+)", text).group(1))
+    assert resumed % 20 == 0 and min(_losses(text)) == resumed + 1
+
+
+def test_engine_refuses_slots_and_pids_it_does_not_own(engine) -> None:
+    cluster, *_ = engine
+    with pytest.raises(BlastRadiusError):
+        cluster.start("prod-node-7", "managed", ["true"])
+    from tasks.clusters.local import WorkloadProcess
+
+    with pytest.raises(BlastRadiusError):
+        cluster.kill(WorkloadProcess("local-a", "managed", 1, Path("/dev/null")))
