@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tasks.clock import EventRecorder
+from tasks.clock import Event, EventRecorder
 from tasks.clusters.local import LocalCluster, WorkloadProcess
 from tasks.errors import CkptPocError
 from tasks.runctx import REPO_ROOT
@@ -115,8 +115,8 @@ class CriuCheckpointer:
         root.mkdir(parents=True, exist_ok=True)
         self._next = 1 + max((self._index(p) for p in root.glob("ckpt-*")), default=0)
 
-    def record(self, event: str, **detail: object) -> None:
-        self.record(event, **detail)
+    def record(self, event: str, **detail: object) -> Event:
+        return self._recorder.record(self._trial, self._arm, event, **detail)
 
     @staticmethod
     def _index(path: Path) -> int:
