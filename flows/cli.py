@@ -17,6 +17,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from tasks.accounting import KEY_ENV
 from tasks.errors import CkptPocError, PlanError
@@ -107,9 +108,41 @@ def _run_baseline(
     )
 
 
+@app.command("side-by-side")
+def side_by_side_cmd(
+    plan: PlanArg,
+    timeout_s: Annotated[float, typer.Option(help="stop both copies after this long")] = 300,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Run the plan's workload as a managed (CRIU) and an unmanaged copy, one clock."""
+    from flows.side_by_side import side_by_side
+
+    try:
+        summary = side_by_side(str(plan), timeout_s)
+    except CkptPocError as exc:
+        _fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return
+    table = Table(title="Managed and unmanaged copies, side by side")
+    for col in ("arm", "slot", "pid", "last step", "exited"):
+        table.add_column(col)
+    for arm, r in summary["arms"].items():
+        table.add_row(arm, r["slot"], str(r["pid"]), str(r["last_step"]), str(r["exited"]))
+    dump_s, image = summary["median_dump_s"], summary["median_image_bytes"]
+    table.caption = (
+        f"CRIU checkpoints {summary['checkpoints']}"
+        + (f" (median dump {dump_s:.3f} s, image {image / 1e6:.1f} MB)" if dump_s else "")
+        + f" · skipped ticks {summary['skipped_ticks']} · events {summary['events']}"
+        + f" · run folder {summary['run_dir']}"
+    )
+    out.print(table)
+
+
 @app.command()
 def demo() -> None:
-    """The embedded default: check plans/demo.yaml and run its baseline over the sample."""
+    """The embedded default: check plans/demo.yaml, run its baseline over the sample, then
+    its workload side by side (managed with CRIU, unmanaged)."""
     if not os.environ.get(KEY_ENV):
         # The demo has no site secret: a one-off key keeps identities hidden, at the cost of
         # pseudonyms that do not link across runs. Real runs must set the key.
@@ -118,6 +151,7 @@ def demo() -> None:
     os.chdir(DEMO_PLAN.parent.parent)  # the demo plan's relative paths are repo-relative
     plan_check_cmd(DEMO_PLAN)
     _run_baseline(DEMO_PLAN, None, False, False, None, None)
+    side_by_side_cmd(DEMO_PLAN)
 
 
 if __name__ == "__main__":

@@ -89,10 +89,17 @@ class ReadyProbe(_Strict):
 
 
 class AppCheckpoint(_Strict):
-    """The application's own checkpoint: the unmanaged arm's recoverable point."""
+    """The application's own checkpoint: the unmanaged arm's recoverable point.
+
+    ``path`` may use ``{copy_dir}``, as the command may: each workload copy gets its own
+    folder, so the two arms never share a checkpoint file.
+    """
 
     every_steps: int = Field(gt=0)
     path: str | None = None
+    resume_args: list[str] = Field(
+        default_factory=list, description="argv appended to restart from this checkpoint"
+    )
 
 
 class Workload(_Strict):

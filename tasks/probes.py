@@ -64,7 +64,7 @@ class LogProgressProbe:
         self.log = log
         self.pattern = compile_progress(regex)
         self._recorder = recorder
-        self._trial, self._arm = trial_id, arm
+        self._trial, self.arm = trial_id, arm
         self._poll_s = poll_s
         self._record_every = record_every_step
         self._read_to = 0  # bytes of the log read so far
@@ -76,7 +76,7 @@ class LogProgressProbe:
         self._thread: threading.Thread | None = None
 
     def start(self) -> LogProgressProbe:
-        self._thread = threading.Thread(target=self._run, name=f"progress-{self._arm}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"progress-{self.arm}", daemon=True)
         self._thread.start()
         return self
 
@@ -114,7 +114,7 @@ class LogProgressProbe:
             self.seen.append(seen)
             self._lock.notify_all()
         if self._record_every or len(self.seen) == 1:
-            self._recorder.record(self._trial, self._arm, "progress", step=seen.step)
+            self._recorder.record(self._trial, self.arm, "progress", step=seen.step)
 
     @property
     def last(self) -> StepSeen | None:

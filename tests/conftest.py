@@ -109,3 +109,16 @@ def sample_psv(tmp_path: Path) -> Path:
     dst = tmp_path / "sample.psv"
     shutil.copy(src, dst)
     return dst
+
+
+@pytest.fixture(scope="session")
+def criu_binary() -> str:
+    done = subprocess.run(
+        [str(REPO / "scripts" / "install-criu")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip()

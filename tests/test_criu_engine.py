@@ -35,19 +35,6 @@ STEP = re.compile(r"^step=(\d+) loss=(\S+)$", re.M)
 TRAIN = [sys.executable, "-m", "examples.train_digits", "--seed", "3"]
 
 
-@pytest.fixture(scope="session")
-def criu_binary() -> str:
-    done = subprocess.run(
-        [str(REPO / "scripts" / "install-criu")],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.strip()
-
-
 @pytest.fixture
 def engine(tmp_path: Path, criu_binary: str):
     plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(

@@ -1,0 +1,43 @@
+"""The engine on its own: the plan's workload as a managed and an unmanaged copy, one clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.plan_check import ensure_plan_is_valid
+from tasks.engine import ensure_engine_supports, run_side_by_side
+from tasks.plan import Plan
+from tasks.runctx import make_run_context
+
+
+@task(name="run_managed_and_unmanaged", cache_policy=NO_CACHE)
+def run_managed_and_unmanaged(plan: Plan, plan_path: str, timeout_s: float) -> dict[str, Any]:
+    ensure_engine_supports(plan)
+    return run_side_by_side(plan, make_run_context(plan, plan_path), timeout_s=timeout_s).summary()
+
+
+@flow(name="side_by_side")
+def side_by_side(plan_path: str, timeout_s: float = 300) -> dict[str, Any]:
+    """Both copies of the plan's workload, CRIU checkpoints on the managed one, every event
+    in the `events` dataset."""
+    plan = ensure_plan_is_valid(plan_path)
+    summary = run_managed_and_unmanaged(plan, plan_path, timeout_s)
+    lines = ["# Side by side", "", "| arm | slot | last step | exited |", "|---|---|---:|---|"]
+    for arm, r in summary["arms"].items():
+        lines.append(f"| {arm} | {r['slot']} | {r['last_step']} | {r['exited']} |")
+    lines += [
+        "",
+        f"CRIU checkpoints: {summary['checkpoints']} (median dump "
+        f"{summary['median_dump_s']} s, median image {summary['median_image_bytes']} B), "
+        f"skipped ticks {summary['skipped_ticks']}; events recorded: {summary['events']}.",
+    ]
+    create_markdown_artifact(
+        key="side-by-side",
+        markdown="\n".join(lines),
+        description="Managed and unmanaged copies (measured)",
+    )
+    return summary

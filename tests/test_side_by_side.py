@@ -1,0 +1,40 @@
+"""The engine end to end from the CLI (a real Prefect server, real CRIU): both copies of the
+demo workload run to the end, the managed one is checkpointed, every event is on disk."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tasks.datasets import EVENTS, read_dataset
+
+pytestmark = pytest.mark.criu
+
+
+def test_side_by_side_demo_plan(cli, write_plan, tmp_path, criu_binary) -> None:
+    plan = write_plan({"checkpointer.interval_s": 1.0})
+    result = cli("side-by-side", str(plan), "--json", env={"CKPT_POC_CRIU": criu_binary})
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads(result.stdout)
+    assert {a: r["last_step"] for a, r in summary["arms"].items()} == {
+        "managed": 400,
+        "unmanaged": 400,
+    }
+    assert all(r["exited"] for r in summary["arms"].values())
+    assert summary["checkpoints"] >= 2 and not summary["checkpoint_errors"]
+    events = read_dataset(EVENTS, data_dir=tmp_path / "data", poc="demo")
+    assert len(events) == summary["events"]
+    by_arm = {arm: set(group["event"]) for arm, group in events.groupby("arm")}
+    assert {"launch", "started", "progress", "exited"} <= by_arm["unmanaged"]
+    assert {
+        "launch",
+        "started",
+        "progress",
+        "checkpoint_start",
+        "checkpoint_end",
+        "exited",
+    } <= by_arm["managed"]
+    assert "checkpoint_start" not in by_arm["unmanaged"]
+    mono = events.sort_values("t_wall")["t_mono_ns"].astype("int64")
+    assert mono.is_monotonic_increasing  # one clock: wall and monotonic orders agree
