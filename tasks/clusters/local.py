@@ -118,6 +118,8 @@ class LocalCluster:
             os.kill(proc.pid, sig)
 
     def wait_gone(self, proc: WorkloadProcess, timeout: float = 10.0) -> bool:
+        """Wait until the process is gone; a gone process is no longer tracked (its pid may
+        be reused by another process, which must never be signalled)."""
         deadline = time.monotonic() + timeout
         while proc.alive() and time.monotonic() < deadline:
             if proc.launcher is not None:
@@ -126,14 +128,16 @@ class LocalCluster:
         if proc.launcher is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.launcher.wait(timeout=max(0.0, deadline - time.monotonic()))
-        return not proc.alive()
+        gone = not proc.alive()
+        if gone:
+            self.tracked.pop(proc.pid, None)
+        return gone
 
     def stop_all(self, timeout: float = 10.0) -> list[int]:
-        """End every tracked process by pid (SIGKILL: a namespace's pid 1 ignores SIGTERM);
-        return the pids still alive afterwards (empty when all are gone)."""
+        """End every tracked process that is still alive, by pid (SIGKILL: a namespace's
+        pid 1 ignores SIGTERM); return the pids still alive afterwards (empty: all gone)."""
         for proc in list(self.tracked.values()):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, signal.SIGKILL)
-        left = [p.pid for p in self.tracked.values() if not self.wait_gone(p, timeout)]
-        self.tracked = {pid: self.tracked[pid] for pid in left}
-        return left
+            if proc.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        return [p.pid for p in list(self.tracked.values()) if not self.wait_gone(p, timeout)]
