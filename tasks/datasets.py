@@ -229,7 +229,46 @@ EVENTS = DatasetSpec(
     ),
 )
 
-DATASETS: dict[str, DatasetSpec] = {d.name: d for d in (JOBS, QUARANTINE, EXPOSURE, GATES, EVENTS)}
+TRIALS = DatasetSpec(
+    name="trials",
+    doc="One row per trial of an experiment, failed ones included with their reason.",
+    key=("run_id", "measure", "trial_id", "arm"),
+    week_from="started_at",
+    columns=(
+        *_RUN,
+        Column("measure", S, False, allowed=("recovery", "overhead", "cold_start", "checkpoint")),
+        Column("trial_id", S, False),
+        Column("arm", S, False, allowed=("managed", "unmanaged")),
+        Column("fault", S),
+        Column("repeat", I64, False, min=0),
+        Column("status", S, False, allowed=("ok", "failed")),
+        Column("reason", S, doc="why a failed trial failed"),
+        Column("started_at", TS, False),
+        Column("recovery_s", F64, min=0),
+        Column("detection_s", F64, min=0),
+        Column("scheduling_s", F64, min=0),
+        Column("restore_s", F64, min=0),
+        Column("warmup_s", F64, min=0),
+        Column("includes", S, doc="the components recovery_s covers"),
+        Column("work_lost_gpu_h", F64, min=0),
+        Column("work_lost_s", F64, min=0, doc="compute time since the recoverable point"),
+        Column("steps_lost", I64, min=0),
+        Column("recoverable_point", S, allowed=("checkpoint", "app_checkpoint", "start")),
+        Column("checkpoint_bytes", I64, min=0),
+        Column("gpus", I64, False, min=0),
+        Column("gpus_from", S, False, allowed=("allocation", "plan")),
+        Column("clock", S, False),
+        Column("workload_hash", S, False),
+        Column("nodes", S, False),
+        Column("detect_latency_ms", F64, min=0, doc="observation latency of `detected`"),
+        Column("serving_latency_ms", F64, min=0, doc="observation latency of `serving_again`"),
+        *_FP,
+    ),
+)
+
+DATASETS: dict[str, DatasetSpec] = {
+    d.name: d for d in (JOBS, QUARANTINE, EXPOSURE, GATES, EVENTS, TRIALS)
+}
 
 
 # --- the store -------------------------------------------------------------------------------

@@ -38,11 +38,13 @@ class NoCheckpointer:
             return RecoverablePoint("app_checkpoint", self.app_checkpoint)
         return RecoverablePoint("start", None)
 
-    def restart(self, cluster: LocalCluster, slot: str, argv: list[str]) -> WorkloadProcess:
+    def restart(
+        self, cluster: LocalCluster, slot: str, argv: list[str], tag: str = ""
+    ) -> WorkloadProcess:
         point = self.recoverable_point()
         extra = self.resume_args if point.kind == "app_checkpoint" else []
         self._recorder.record(self._trial, self._arm, "restart_start", recoverable_point=point.kind)
-        proc = cluster.start(slot, self._arm, [*argv, *extra])
+        proc = cluster.start(slot, self._arm, [*argv, *extra], tag=tag)
         self._recorder.record(
             self._trial, self._arm, "restarted", pid=proc.pid, recoverable_point=point.kind
         )

@@ -68,8 +68,8 @@ class LocalCluster:
         if slot not in self.nodes:
             raise BlastRadiusError(f"slot {slot!r} is not one of the plan's nodes {self.nodes}")
 
-    def log_path(self, slot: str, arm: str) -> Path:
-        return self.run_dir / f"{slot}-{arm}.log"
+    def log_path(self, slot: str, arm: str, tag: str = "") -> Path:
+        return self.run_dir / f"{slot}-{arm}{'-' + tag if tag else ''}.log"
 
     def start(
         self,
@@ -78,11 +78,13 @@ class LocalCluster:
         argv: list[str],
         env: dict[str, str] | None = None,
         timeout: float = 10.0,
+        tag: str = "",
     ) -> WorkloadProcess:
-        """Start ``argv`` in a new PID namespace and session on ``slot``."""
+        """Start ``argv`` in a new PID namespace and session on ``slot``; ``tag`` names
+        its log apart from other copies of the same arm (one log per trial)."""
         self._check_slot(slot)
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        log = self.log_path(slot, arm)
+        log = self.log_path(slot, arm, tag)
         with open(log, "ab") as out:  # append mode: CRIU restores it whatever it grew to
             launcher = subprocess.Popen(
                 ["unshare", "--pid", "--fork", "setsid", *argv],
@@ -103,10 +105,10 @@ class LocalCluster:
         self.tracked[proc.pid] = proc
         return proc
 
-    def adopt(self, slot: str, arm: str, pid: int) -> WorkloadProcess:
+    def adopt(self, slot: str, arm: str, pid: int, tag: str = "") -> WorkloadProcess:
         """Track a process the engine did not fork (a CRIU restore re-parents to init)."""
         self._check_slot(slot)
-        proc = WorkloadProcess(slot, arm, pid, self.log_path(slot, arm))
+        proc = WorkloadProcess(slot, arm, pid, self.log_path(slot, arm, tag))
         self.tracked[pid] = proc
         return proc
 
