@@ -38,29 +38,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
+from tasks.accounting import SACCT_FIELDS
+
 GENERATOR_VERSION = 2
 
-FIELDS = (
-    "JobID",
-    "JobIDRaw",
-    "Cluster",
-    "Partition",
-    "User",
-    "Account",
-    "JobName",
-    "State",
-    "ExitCode",
-    "Submit",
-    "Start",
-    "End",
-    "Elapsed",
-    "ElapsedRaw",
-    "Timelimit",
-    "NNodes",
-    "NCPUS",
-    "AllocTRES",
-    "NodeList",
-)
+FIELDS = SACCT_FIELDS  # the --format ckpt-poc asks sacct for, in its column order
 
 # (state, share of rows, median elapsed s, log-normal sigma)
 STATES = (

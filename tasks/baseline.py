@@ -250,6 +250,16 @@ def run_baseline(
     return result
 
 
+def _store_args(ctx: RunContext) -> dict[str, Any]:
+    """Where and under which run this stage writes its datasets."""
+    return {
+        "data_dir": ctx.data_dir,
+        "poc": ctx.poc,
+        "run_id": ctx.run_id,
+        "metadata": ctx.file_metadata,
+    }
+
+
 def _run_in_memory(
     stream: io.BufferedIOBase,
     source: str,
@@ -276,12 +286,7 @@ def _run_in_memory(
         {"jobs": jobs, "quarantine": q_df, "exposure": e_df},
     )
     record_and_enforce(checks, ctx)
-    common = {
-        "data_dir": ctx.data_dir,
-        "poc": ctx.poc,
-        "run_id": ctx.run_id,
-        "metadata": ctx.file_metadata,
-    }
+    common = _store_args(ctx)
     written = {
         "jobs": write_dataset(jobs, JOBS, **common),
         "quarantine": write_dataset(q_df, QUARANTINE, **common),
@@ -300,12 +305,7 @@ def _run_dask(
     delimiter: bytes | None,
 ) -> BaselineResult:
     """Stream blocks to part files, then aggregate the written jobs out of core with Dask."""
-    common = {
-        "data_dir": ctx.data_dir,
-        "poc": ctx.poc,
-        "run_id": ctx.run_id,
-        "metadata": ctx.file_metadata,
-    }
+    common = _store_args(ctx)
     rows_read, quarantine, parsed, written_jobs = 0, [], 0, []
     for i, block in enumerate(
         acct.parse_sacct_stream(
