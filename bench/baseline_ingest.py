@@ -41,6 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchlib import code_version  # noqa: E402
 from synth_sacct import cached_dump  # noqa: E402
 
 CACHE = REPO / ".run" / "bench"
@@ -67,23 +68,6 @@ MIB = 1 << 20
 
 
 # --- children ---------------------------------------------------------------------------------
-
-
-def code_version() -> str:
-    """HEAD's short sha, and '+dirty' when tasks/ differs from it (what ours ran)."""
-
-    def git(*args: str) -> str:
-        try:
-            out = subprocess.run(
-                ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-        return out.stdout.strip() if out.returncode == 0 else ""
-
-    sha = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", "tasks")
-    return f"{sha}+dirty" if dirty else sha
 
 
 def _self_peak_mib() -> float:
@@ -225,7 +209,7 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     from tasks.runctx import make_run_context
 
     t_import = time.perf_counter() - t0
-    version = code_version()
+    version = code_version("tasks")
     data_dir = workdir / "data"
     plan = load_plan(PLAN).model_copy(update={"data_dir": str(data_dir)})
     ctx = make_run_context(plan, PLAN)
@@ -700,7 +684,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"baseline ingest benchmark  {dt.datetime.now():%Y-%m-%d %H:%M}  "
         f"cpus={os.cpu_count()} mem={psutil.virtual_memory().total / 2**30:.0f} GiB "
-        f"python={sys.version.split()[0]} code={code_version()}"
+        f"python={sys.version.split()[0]} code={code_version('tasks')}"
     )
     path = _dump(args.rows, args.seed)
     results: dict[str, dict[str, Any]] = {}
@@ -763,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rows": args.rows,
                 "dask_rows": None if args.skip_20m else args.dask_rows,
                 "seed": args.seed,
-                "code_version": code_version(),
+                "code_version": code_version("tasks"),
                 "results": results,
                 "dask": dask_results,
             },

@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchlib import code_version
+
 from tasks.checkpointers.criu import Checkpoint, CriuCheckpointer, find_criu
 from tasks.clock import EventRecorder
 from tasks.clusters.local import LocalCluster, WorkloadProcess
@@ -84,23 +86,6 @@ class BenchError(RuntimeError):
 
 
 # --- small helpers ----------------------------------------------------------------------------
-
-
-def code_version() -> str:
-    """HEAD's short sha, and '+dirty' when tasks/ or examples/ differ from it."""
-
-    def git(*args: str) -> str:
-        try:
-            out = subprocess.run(
-                ["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-        return out.stdout.strip() if out.returncode == 0 else ""
-
-    sha = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", "tasks", "examples")
-    return f"{sha}+dirty" if dirty else sha
 
 
 def self_peak_mib() -> float:
@@ -723,7 +708,7 @@ def main(argv: list[str] | None = None) -> int:
         "kernel": platform.release(),
         "python": sys.version.split()[0],
         "criu": f"{criu} ({criu_version})",
-        "code": code_version(),
+        "code": code_version("tasks", "examples"),
         "work": str(work),
         "filesystem": mount_of(work),
         "drop_caches_permitted": can_drop,

@@ -33,7 +33,7 @@ from tasks.engine import copy_argv, ensure_engine_supports, run_folder
 from tasks.errors import CkptPocError
 from tasks.faults import inject_local_fault
 from tasks.plan import Plan
-from tasks.probes import LogProgressProbe, last_step_before
+from tasks.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
 from tasks.runctx import RunContext
 
 CLOCK = "fault_injected→serving_again"
@@ -131,7 +131,7 @@ def run_trial(setup: TrialSetup, fault: str, arm: str, repeat: int) -> dict[str,
                 )
                 or 0
             )
-            recoverable = _checkpoint_time(rec, trial, point.index)
+            recoverable_ns = _checkpoint_time(rec, trial, point.index).t_mono_ns
             row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
             new = criu.restore(cluster, slot, point)
         else:
@@ -147,7 +147,11 @@ def run_trial(setup: TrialSetup, fault: str, arm: str, repeat: int) -> dict[str,
                 if kind == "app_checkpoint" and app
                 else 0
             )
-            recoverable = _first_seen(probe, resume_step) if kind == "app_checkpoint" else launched
+            recoverable_ns = (
+                _first_seen_ns(probe, resume_step)
+                if kind == "app_checkpoint"
+                else launched.t_mono_ns
+            )
             row["recoverable_point"] = kind
             new = arm_ckpt.restart(cluster, slot, argv, tag=trial)
         restored = rec.record(trial, arm, "restored", pid=new.pid)
@@ -161,7 +165,7 @@ def run_trial(setup: TrialSetup, fault: str, arm: str, repeat: int) -> dict[str,
             raise TrialFailed(
                 f"resumed at step {first_new}, its recoverable point held {resume_step}"
             )
-        lost_s = span_s(recoverable, fault_ev)
+        lost_s = (fault_ev.t_mono_ns - recoverable_ns) / 1e9
         row.update(
             status="ok",
             recovery_s=span_s(fault_ev, serving),
@@ -193,15 +197,12 @@ def _checkpoint_time(rec: EventRecorder, trial: str, index: int) -> Event:
     )
 
 
-def _first_seen(probe: LogProgressProbe, step: int) -> Event:
+def _first_seen_ns(probe: LogProgressProbe, step: int) -> int:
     """When the probe first saw ``step`` (the app checkpoint is written right after it)."""
-    seen = next(s for s in probe.seen if s.step >= step)
-    return Event("", "", "app_checkpoint", dt.datetime.now(dt.UTC), seen.t_mono_ns, "", {})
+    return next(s.t_mono_ns for s in probe.seen if s.step >= step)
 
 
 def _first_new_step(log: Path, offset: int, regex: str) -> int | None:
-    from tasks.probes import compile_progress, steps_in
-
     with open(log, "rb") as fh:
         fh.seek(offset)
         steps = steps_in(fh.read().decode("utf-8", "replace"), compile_progress(regex))
