@@ -12,7 +12,8 @@ import json
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -38,12 +39,19 @@ def now() -> tuple[dt.datetime, int]:
 
 
 class EventRecorder:
-    """Thread-safe, in-memory until ``flush`` writes one events file for the run."""
+    """Thread-safe, in-memory until ``flush`` writes one events file for the run.
 
-    def __init__(self, ctx: RunContext) -> None:
+    Inside a Slurm job there is no run context: the recorder then only appends each event
+    as a JSON line to ``jsonl`` (flushed at once, so the harness sees it while the job
+    runs), and the harness takes those lines in with ``import_jsonl``.
+    """
+
+    def __init__(self, ctx: RunContext | None, jsonl: Path | None = None) -> None:
         self._ctx = ctx
+        self._jsonl = jsonl
         self._host = socket.gethostname()
         self._events: list[Event] = []
+        self._imported: dict[Path, int] = {}  # bytes of each JSON-lines file taken in
         self._lock = threading.Lock()
         self._flushed = 0
 
@@ -52,7 +60,26 @@ class EventRecorder:
         ev = Event(trial_id, arm, event, wall, mono, self._host, detail)
         with self._lock:
             self._events.append(ev)
+            if self._jsonl is not None:
+                with open(self._jsonl, "a", encoding="utf-8") as fh:
+                    fh.write(_event_line(ev) + "\n")
         return ev
+
+    def import_jsonl(self, path: Path) -> list[Event]:
+        """Take in the events another process appended to ``path`` since the last call."""
+        with self._lock:
+            start = self._imported.get(path, 0)
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(start)
+                    data = fh.read()
+            except FileNotFoundError:
+                return []
+            complete = data[: data.rfind(b"\n") + 1]
+            self._imported[path] = start + len(complete)
+            new = [_event_from_line(line) for line in complete.decode().splitlines() if line]
+            self._events.extend(new)
+            return new
 
     def events(
         self, trial_id: str | None = None, arm: str | None = None, event: str | None = None
@@ -67,12 +94,15 @@ class EventRecorder:
             ]
 
     def frame(self) -> pd.DataFrame:
+        if self._ctx is None:
+            raise ValueError("an EventRecorder without a run context only writes JSON lines")
+        ctx = self._ctx
         with self._lock:
             events = list(self._events)
         return pd.DataFrame(
             [
                 {
-                    **self._ctx.stamp(),
+                    **ctx.stamp(),
                     "trial_id": e.trial_id,
                     "arm": e.arm,
                     "event": e.event,
@@ -88,6 +118,8 @@ class EventRecorder:
 
     def flush(self) -> list:
         """Write every event recorded since the last flush (one file per flush)."""
+        if self._ctx is None:
+            return []
         frame = self.frame().iloc[self._flushed :]
         if frame.empty:
             return []
@@ -106,5 +138,17 @@ class EventRecorder:
 
 
 def span_s(start: Event, end: Event) -> float:
-    """Seconds between two events, on the monotonic clock."""
-    return (end.t_mono_ns - start.t_mono_ns) / 1e9
+    """Seconds between two events: on the monotonic clock when one host recorded both,
+    else on the wall clock (a Slurm job's events come from its node)."""
+    if start.host == end.host:
+        return (end.t_mono_ns - start.t_mono_ns) / 1e9
+    return (end.t_wall - start.t_wall).total_seconds()
+
+
+def _event_line(ev: Event) -> str:
+    return json.dumps({**asdict(ev), "t_wall": ev.t_wall.isoformat()}, sort_keys=True, default=str)
+
+
+def _event_from_line(line: str) -> Event:
+    raw = json.loads(line)
+    return Event(**{**raw, "t_wall": dt.datetime.fromisoformat(raw["t_wall"])})

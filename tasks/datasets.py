@@ -262,6 +262,9 @@ TRIALS = DatasetSpec(
         Column("nodes", S, False),
         Column("detect_latency_ms", F64, min=0, doc="observation latency of `detected`"),
         Column("serving_latency_ms", F64, min=0, doc="observation latency of `serving_again`"),
+        Column("job_id", S, doc="the scheduler's id of the interrupted job (Slurm)"),
+        Column("recovery_job_id", S, doc="the job that brought it back, linked to job_id"),
+        Column("fault_outcome", S, doc="what the scheduler or OS reported for the fault"),
         *_FP,
     ),
 )

@@ -221,6 +221,9 @@ class Checkpointer(_Strict):
 
 class Fault(_Strict):
     kind: str
+    # node-down only: how long the node stays down before the harness returns it to service
+    # (a reboot, a repair); null means it never comes back within the trial.
+    down_s: float | None = Field(default=0, ge=0)
 
     @field_validator("kind")
     @classmethod
@@ -262,6 +265,8 @@ class Plan(_Strict):
                     f"faults.{i}.kind: {fault.kind!r} does not apply to a {self.cluster.kind} "
                     f"cluster; use one of {', '.join(allowed)}"
                 )
+            if fault.kind != "node-down" and fault.down_s != 0:
+                problems.append(f"faults.{i}.down_s: only a node-down fault has a down time")
         need = self.success.utilization_gain.min_weeks
         if self.window.weeks < need:
             problems.append(

@@ -1,15 +1,20 @@
-"""Failure injection and recovery on the local engine: every trial a row, both arms.
+"""Failure injection and recovery: every trial a row, both arms, one clock.
 
 For each fault in the plan and each repeat, the unmanaged copy first, then the managed copy,
-runs on the same slot until the same step, gets the same real fault, and is brought back:
+runs on the same node until the same step, gets the same real fault, and is brought back:
 the unmanaged one restarted from its own checkpoint (or the start), the managed one
 restored from its last complete CRIU checkpoint. One clock (fault_injected → serving_again)
 and the same components on both arms:
 
-    detection   fault_injected → detected        (the process is observed gone)
-    scheduling  detected → started               (the slot is held again; ~0 locally)
-    restore     started → restored               (CRIU restore, or a fresh start)
+    detection   fault_injected → detected        (the loss is observed)
+    scheduling  detected → started               (resources held again)
+    restore     started → restored               (CRIU restore, or the fresh process)
     warm-up     restored → serving_again         (the first new progress line)
+
+What `started` means differs by cluster, and each row's `includes` says so: locally the
+slot is free at once (scheduling ≈ 0); on Slurm it is the recovery job — a new job, linked
+to the interrupted one — observed RUNNING, so queueing, the node's return after a
+node-down fault and the old allocation's release are in it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,20 +30,27 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.checkpointers.criu import CriuCheckpointer, CriuError, PeriodicCheckpoints
+from tasks.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError, PeriodicCheckpoints
 from tasks.checkpointers.none import NoCheckpointer
 from tasks.clock import Event, EventRecorder, span_s
 from tasks.clusters.local import LocalCluster, WorkloadProcess
+from tasks.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmError
 from tasks.datasets import TRIALS
-from tasks.engine import copy_argv, ensure_engine_supports, run_folder
+from tasks.engine import copy_argv, run_folder
 from tasks.errors import CkptPocError
-from tasks.faults import inject_local_fault
-from tasks.plan import Plan
+from tasks.faults import inject_local_fault, inject_slurm_fault
+from tasks.plan import Fault, Plan
 from tasks.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
 from tasks.runctx import RunContext
 
 CLOCK = "fault_injected→serving_again"
-INCLUDES = "detection+scheduling+restore+warmup (local: scheduling is holding the slot again)"
+INCLUDES = {
+    "local": "detection+scheduling+restore+warmup (local: scheduling is holding the slot again)",
+    "slurm": (
+        "detection+scheduling+restore+warmup (slurm: detection by squeue poll; scheduling is "
+        "the old allocation's release, the recovery job's queueing and the node's return)"
+    ),
+}
 ARMS_IN_ORDER = ("unmanaged", "managed")  # the unmanaged copy is faulted first
 
 
@@ -53,13 +66,115 @@ def workload_hash(plan: Plan) -> str:
 class TrialSetup:
     plan: Plan
     ctx: RunContext
-    cluster: LocalCluster
+    cluster: LocalCluster | SlurmCluster
     recorder: EventRecorder
     fault_step: int
     timeout_s: float
+    fault_timeout_s: float = 10  # how long a delivered fault has to end the workload
 
 
-def _wait_gone(proc: WorkloadProcess, cluster: LocalCluster, timeout: float) -> float | None:
+@dataclass
+class Moments:
+    """The events one trial's numbers come from."""
+
+    fault: Event
+    detected: Event
+    started: Event
+    restored: Event
+    serving: Event
+    recoverable: Event  # when the state recovery resumes from was the workload's
+    step_at_fault: int | None
+    resume_step: int
+    first_new_step: int | None
+
+
+def _base_row(setup: TrialSetup, fault: str, arm: str, repeat: int, node: str) -> dict[str, Any]:
+    plan = setup.plan
+    return {
+        "measure": "recovery",
+        "trial_id": f"{fault}-{repeat}",
+        "arm": arm,
+        "fault": fault,
+        "repeat": repeat,
+        "started_at": dt.datetime.now(dt.UTC),
+        "clock": CLOCK,
+        "includes": INCLUDES[plan.cluster.kind],
+        "gpus": plan.workload.gpus,
+        "gpus_from": "plan",
+        "nodes": node,
+        "workload_hash": workload_hash(plan),
+    }
+
+
+def _measure(row: dict[str, Any], plan: Plan, m: Moments) -> None:
+    """Fill the row's numbers, after checking the copy resumed where its point said."""
+    if m.first_new_step != m.resume_step + 1:
+        raise TrialFailed(
+            f"resumed at step {m.first_new_step}, its recoverable point held {m.resume_step}"
+        )
+    lost_s = span_s(m.recoverable, m.fault)
+    row.update(
+        status="ok",
+        recovery_s=span_s(m.fault, m.serving),
+        detection_s=span_s(m.fault, m.detected),
+        scheduling_s=span_s(m.detected, m.started),
+        restore_s=span_s(m.started, m.restored),
+        warmup_s=span_s(m.restored, m.serving),
+        work_lost_s=lost_s,
+        work_lost_gpu_h=lost_s * row["gpus"] / 3600,
+        steps_lost=(m.step_at_fault or 0) - m.resume_step,
+    )
+
+
+def _fail(row: dict[str, Any], rec: EventRecorder, exc: Exception) -> None:
+    row.update(status="failed", reason=str(exc).splitlines()[0][:500])
+    rec.record(row["trial_id"], row["arm"], "trial_failed", reason=row["reason"])
+
+
+def _app_checkpoint(plan: Plan, copy_dir: Path) -> Path | None:
+    app = plan.workload.app_checkpoint
+    return Path(app.path.replace("{copy_dir}", str(copy_dir))) if app and app.path else None
+
+
+def _app_resume_step(plan: Plan, step_at_fault: int | None) -> int:
+    """The step the application's own last checkpoint holds (it writes every N steps)."""
+    app = plan.workload.app_checkpoint
+    assert app is not None
+    return (step_at_fault or 0) // app.every_steps * app.every_steps
+
+
+def _progress_event(rec: EventRecorder, trial: str, arm: str, step: int) -> Event:
+    """The `progress` event of the first step at or after ``step`` (the application writes
+    its checkpoint right after that step, so this is when its recoverable point existed)."""
+    return next(
+        e for e in rec.events(trial, arm, "progress") if int(e.detail.get("step", -1)) >= step
+    )
+
+
+def _checkpoint_started(rec: EventRecorder, trial: str, index: int) -> Event:
+    return next(
+        e
+        for e in rec.events(trial, "managed", "checkpoint_start")
+        if e.detail.get("index") == index
+    )
+
+
+def _held_step(log: Path, point: Checkpoint, regex: str) -> int:
+    """The last step the workload had logged when CRIU froze it."""
+    return last_step_before(log, point.held_log_bytes or 0, regex) or 0
+
+
+def _first_new_step(log: Path, offset: int, regex: str) -> int | None:
+    with open(log, "rb") as fh:
+        fh.seek(offset)
+        steps = steps_in(fh.read().decode("utf-8", "replace"), compile_progress(regex))
+    return steps[0] if steps else None
+
+
+# --- the local engine --------------------------------------------------------------------------
+
+
+def _wait_gone(proc: WorkloadProcess, cluster: LocalCluster, timeout: float) -> int | None:
     """Monotonic ns when the process was first observed gone, polled every 2 ms."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -71,37 +186,23 @@ def _wait_gone(proc: WorkloadProcess, cluster: LocalCluster, timeout: float) -> 
     return None
 
 
-def run_trial(setup: TrialSetup, fault: str, arm: str, repeat: int) -> dict[str, Any]:
-    """One trial; returns its row (status 'failed' with a reason rather than raising)."""
+def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
+    """One trial on the local engine; returns its row (failed with a reason, never raising)."""
     plan, rec, cluster = setup.plan, setup.recorder, setup.cluster
-    trial = f"{fault}-{repeat}"
+    assert isinstance(cluster, LocalCluster)
     slot = plan.cluster.nodes[0]  # both arms on the same node
+    row = _base_row(setup, fault.kind, arm, repeat, slot)
+    trial = row["trial_id"]
+    regex = plan.workload.progress_probe.log_regex
     copy_dir = run_folder(setup.ctx) / f"{trial}-{arm}"
     copy_dir.mkdir(parents=True, exist_ok=True)
     argv = copy_argv(plan.workload.command or [], copy_dir)
-    app = plan.workload.app_checkpoint
-    row: dict[str, Any] = {
-        "measure": "recovery",
-        "trial_id": trial,
-        "arm": arm,
-        "fault": fault,
-        "repeat": repeat,
-        "started_at": dt.datetime.now(dt.UTC),
-        "clock": CLOCK,
-        "includes": INCLUDES,
-        "gpus": plan.workload.gpus,
-        "gpus_from": "plan",
-        "nodes": slot,
-        "workload_hash": workload_hash(plan),
-    }
     probe: LogProgressProbe | None = None
     periodic: PeriodicCheckpoints | None = None
     try:
         launched = rec.record(trial, arm, "launch", slot=slot)
         proc = cluster.start(slot, arm, argv, tag=trial)
-        probe = LogProgressProbe(
-            proc.log, plan.workload.progress_probe.log_regex, rec, trial, arm
-        ).start()
+        probe = LogProgressProbe(proc.log, regex, rec, trial, arm).start()
         criu = None
         if arm == "managed":
             criu = CriuCheckpointer(copy_dir / "criu", plan.checkpointer.keep, rec, trial)
@@ -110,47 +211,38 @@ def run_trial(setup: TrialSetup, fault: str, arm: str, repeat: int) -> dict[str,
             raise TrialFailed(f"the copy never reached step {setup.fault_step}")
         if periodic:
             periodic.stop()  # no dump in flight when the fault lands
-        fault_ev = inject_local_fault(cluster, proc, fault, rec, trial)
-        gone_ns = _wait_gone(proc, cluster, timeout=10)
+        fault_ev = inject_local_fault(cluster, proc, fault.kind, rec, trial)
+        gone_ns = _wait_gone(proc, cluster, timeout=setup.fault_timeout_s)
         if gone_ns is None:
-            raise TrialFailed(f"the workload survived {fault}")
+            raise TrialFailed(
+                f"the workload survived {fault.kind}: pid {proc.pid} still running "
+                f"{setup.fault_timeout_s:.0f} s after the fault"
+            )
         detected = rec.record(trial, arm, "detected", pid=proc.pid)
         row["detect_latency_ms"] = (detected.t_mono_ns - gone_ns) / 1e6
+        row["fault_outcome"] = "process gone"
         killed_at = proc.log.stat().st_size
-        step_at_fault = last_step_before(
-            proc.log, killed_at, plan.workload.progress_probe.log_regex
-        )
+        step_at_fault = last_step_before(proc.log, killed_at, regex)
         started = rec.record(trial, arm, "started", slot=slot)
         if criu is not None:
             point = criu.last_complete()
             if point is None:
                 raise TrialFailed("no complete CRIU checkpoint before the fault")
-            resume_step = (
-                last_step_before(
-                    proc.log, point.held_log_bytes or 0, plan.workload.progress_probe.log_regex
-                )
-                or 0
-            )
-            recoverable_ns = _checkpoint_time(rec, trial, point.index).t_mono_ns
+            resume_step = _held_step(proc.log, point, regex)
+            recoverable = _checkpoint_started(rec, trial, point.index)
             row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
             new = criu.restore(cluster, slot, point)
         else:
+            app = plan.workload.app_checkpoint
             arm_ckpt = NoCheckpointer(
-                rec,
-                trial,
-                Path(app.path.replace("{copy_dir}", str(copy_dir))) if app and app.path else None,
-                app.resume_args if app else [],
+                rec, trial, _app_checkpoint(plan, copy_dir), app.resume_args if app else []
             )
             kind = arm_ckpt.recoverable_point().kind
-            resume_step = (
-                (step_at_fault or 0) // app.every_steps * app.every_steps
-                if kind == "app_checkpoint" and app
-                else 0
-            )
-            recoverable_ns = (
-                _first_seen_ns(probe, resume_step)
+            resume_step = _app_resume_step(plan, step_at_fault) if kind == "app_checkpoint" else 0
+            recoverable = (
+                _progress_event(rec, trial, arm, resume_step)
                 if kind == "app_checkpoint"
-                else launched.t_mono_ns
+                else launched
             )
             row["recoverable_point"] = kind
             new = arm_ckpt.restart(cluster, slot, argv, tag=trial)
@@ -160,26 +252,20 @@ def run_trial(setup: TrialSetup, fault: str, arm: str, repeat: int) -> dict[str,
             raise TrialFailed("no new progress after recovery")
         serving = rec.record(trial, arm, "serving_again", step=seen.step)
         row["serving_latency_ms"] = (serving.t_mono_ns - seen.t_mono_ns) / 1e6
-        first_new = _first_new_step(proc.log, killed_at, plan.workload.progress_probe.log_regex)
-        if first_new != resume_step + 1:
-            raise TrialFailed(
-                f"resumed at step {first_new}, its recoverable point held {resume_step}"
-            )
-        lost_s = (fault_ev.t_mono_ns - recoverable_ns) / 1e9
-        row.update(
-            status="ok",
-            recovery_s=span_s(fault_ev, serving),
-            detection_s=span_s(fault_ev, detected),
-            scheduling_s=span_s(detected, started),
-            restore_s=span_s(started, restored),
-            warmup_s=span_s(restored, serving),
-            work_lost_s=lost_s,
-            work_lost_gpu_h=lost_s * plan.workload.gpus / 3600,
-            steps_lost=(step_at_fault or 0) - resume_step,
+        moments = Moments(
+            fault_ev,
+            detected,
+            started,
+            restored,
+            serving,
+            recoverable,
+            step_at_fault,
+            resume_step,
+            _first_new_step(proc.log, killed_at, regex),
         )
+        _measure(row, plan, moments)
     except (TrialFailed, CriuError, CkptPocError) as exc:
-        row.update(status="failed", reason=str(exc).splitlines()[0][:500])
-        rec.record(trial, arm, "trial_failed", reason=row["reason"])
+        _fail(row, rec, exc)
     finally:
         if periodic:
             periodic.stop()
@@ -189,48 +275,232 @@ def run_trial(setup: TrialSetup, fault: str, arm: str, repeat: int) -> dict[str,
     return row
 
 
-def _checkpoint_time(rec: EventRecorder, trial: str, index: int) -> Event:
-    return next(
-        e
-        for e in rec.events(trial, "managed", "checkpoint_start")
-        if e.detail.get("index") == index
-    )
+# --- Slurm -------------------------------------------------------------------------------------
 
 
-def _first_seen_ns(probe: LogProgressProbe, step: int) -> int:
-    """When the probe first saw ``step`` (the app checkpoint is written right after it)."""
-    return next(s.t_mono_ns for s in probe.seen if s.step >= step)
+def _job_spec(
+    setup: TrialSetup, trial: str, arm: str, copy_dir: Path, log: Path, **mode: Any
+) -> dict[str, Any]:
+    plan = setup.plan
+    return {
+        "trial_id": trial,
+        "arm": arm,
+        "node": plan.cluster.nodes[0],
+        "log": str(log),
+        "events": str(copy_dir / "job-events.jsonl"),
+        "ckpt_root": str(copy_dir / "criu"),
+        "interval_s": plan.checkpointer.interval_s,
+        "keep": plan.checkpointer.keep,
+        "checkpoint": arm == "managed",
+        **mode,
+    }
 
 
-def _first_new_step(log: Path, offset: int, regex: str) -> int | None:
-    with open(log, "rb") as fh:
-        fh.seek(offset)
-        steps = steps_in(fh.read().decode("utf-8", "replace"), compile_progress(regex))
-    return steps[0] if steps else None
+def _wait_job_event(
+    rec: EventRecorder,
+    events: Path,
+    trial: str,
+    arm: str,
+    names: tuple[str, ...],
+    after: Event,
+    timeout: float,
+) -> Event | None:
+    """The first of ``names`` after ``after`` that the job appends to its events file."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rec.import_jsonl(events)
+        for event in rec.events(trial, arm):
+            if event.event in names and span_s(after, event) >= 0:
+                return event
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+
+
+def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
+    """One trial on Slurm: the copy as a job, a real Slurm fault, a new linked job that
+    restores (managed) or resubmits (unmanaged) it; failed with a reason, never raising."""
+    plan, rec, cluster = setup.plan, setup.recorder, setup.cluster
+    assert isinstance(cluster, SlurmCluster)
+    node = plan.cluster.nodes[0]
+    row = _base_row(setup, fault.kind, arm, repeat, node)
+    trial = row["trial_id"]
+    regex = plan.workload.progress_probe.log_regex
+    copy_dir = run_folder(setup.ctx) / f"{trial}-{arm}"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    log = copy_dir / "workload.log"
+    events = copy_dir / "job-events.jsonl"
+    argv = copy_argv(plan.workload.command or [], copy_dir)
+    gpus = plan.workload.gpus
+    probe: LogProgressProbe | None = None
+    try:
+        launched = rec.record(trial, arm, "launch", node=node)
+        spec = _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=argv)
+        job = cluster.submit(node, arm, spec, name=trial, log=log, gpus=gpus)
+        row["job_id"] = job.job_id
+        running = cluster.wait_until(job, lambda s: s == "RUNNING", setup.timeout_s)
+        if running is None:
+            raise TrialFailed(f"job {job.job_id} never started within {setup.timeout_s:.0f} s")
+        allocated = cluster.allocated_gpus(job)
+        if gpus and allocated:
+            row.update(gpus=allocated, gpus_from="allocation")
+        probe = LogProgressProbe(log, regex, rec, trial, arm).start()
+        if not probe.wait_for(lambda s: s.step >= setup.fault_step, setup.timeout_s):
+            raise TrialFailed(f"the copy never reached step {setup.fault_step}")
+        fault_ev = inject_slurm_fault(cluster, job, fault.kind, rec, trial)
+        ended = cluster.wait_until(job, lambda s: s != "RUNNING", setup.fault_timeout_s)
+        if ended is None:
+            raise TrialFailed(
+                f"the workload survived {fault.kind}: job {job.job_id} still RUNNING "
+                f"{setup.fault_timeout_s:.0f} s after the fault"
+            )
+        detected = rec.record(trial, arm, "detected", job_id=job.job_id, state=ended.state)
+        # The state changed somewhere between the two polls: that window bounds how late
+        # the detection was observed.
+        row["detect_latency_ms"] = (ended.t_mono_ns - ended.previous_poll_ns) / 1e6
+        if fault.kind == "node-down" and fault.down_s is not None:
+            time.sleep(fault.down_s)  # the node is away this long (a reboot, a repair)
+            cluster.node_resume(node)
+            rec.record(trial, arm, "node_returned", node=node, down_s=fault.down_s)
+        # The old allocation must be released (its processes gone) before anything reads
+        # what the copy logged or restarts it.
+        released = cluster.wait_until(job, lambda s: s not in ACTIVE_STATES, setup.timeout_s)
+        if released is None:
+            raise TrialFailed(f"job {job.job_id} was not released within {setup.timeout_s} s")
+        rec.import_jsonl(events)
+        killed_at = log.stat().st_size
+        step_at_fault = last_step_before(log, killed_at, regex)
+        if arm == "managed":
+            point = CriuCheckpointer.last_complete_under(copy_dir / "criu")
+            if point is None:
+                raise TrialFailed("no complete CRIU checkpoint before the fault")
+            resume_step = _held_step(log, point, regex)
+            recoverable = _checkpoint_started(rec, trial, point.index)
+            row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
+            spec = _job_spec(
+                setup, trial, arm, copy_dir, log, mode="restore", restore_from=str(point.path)
+            )
+        else:
+            app = plan.workload.app_checkpoint
+            app_path = _app_checkpoint(plan, copy_dir)
+            kind = "app_checkpoint" if app_path and app_path.exists() else "start"
+            resume_step = _app_resume_step(plan, step_at_fault) if kind == "app_checkpoint" else 0
+            recoverable = (
+                _progress_event(rec, trial, arm, resume_step)
+                if kind == "app_checkpoint"
+                else launched
+            )
+            row["recoverable_point"] = kind
+            resume = [*argv, *(app.resume_args if app and kind == "app_checkpoint" else [])]
+            spec = _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=resume)
+        new_job = cluster.submit(
+            node, arm, spec, name=trial, log=log, gpus=gpus, linked_to=job.job_id
+        )
+        row["recovery_job_id"] = new_job.job_id
+        rec.record(trial, arm, "recovery_submitted", job_id=new_job.job_id, recovers=job.job_id)
+        row["fault_outcome"] = cluster.final_state(job) or str(ended.state)
+        now_running = cluster.wait_until(new_job, lambda s: s == "RUNNING", setup.timeout_s)
+        if now_running is None:
+            state, reason = cluster.observe(new_job)
+            raise TrialFailed(
+                f"recovery job {new_job.job_id} never started within {setup.timeout_s:.0f} s "
+                f"(state {state}, reason {reason or 'none'})"
+                + (" — the node never came back" if fault.kind == "node-down" else "")
+            )
+        started = rec.record(trial, arm, "started", job_id=new_job.job_id)
+        names = ("restored", "restore_failed") if arm == "managed" else ("workload_started",)
+        restored = _wait_job_event(rec, events, trial, arm, names, fault_ev, setup.timeout_s)
+        if restored is None or restored.event == "restore_failed":
+            tail = restored.detail.get("log_tail", "") if restored else ""
+            raise TrialFailed(
+                f"recovery job {new_job.job_id} did not bring the copy back: "
+                + (tail.strip().splitlines()[-1] if tail.strip() else "no restore event")
+            )
+        seen = probe.wait_for(lambda s: s.offset > killed_at, setup.timeout_s)
+        if seen is None:
+            raise TrialFailed("no new progress after recovery")
+        serving = rec.record(trial, arm, "serving_again", step=seen.step)
+        row["serving_latency_ms"] = (serving.t_mono_ns - seen.t_mono_ns) / 1e6
+        moments = Moments(
+            fault_ev,
+            detected,
+            started,
+            restored,
+            serving,
+            recoverable,
+            step_at_fault,
+            resume_step,
+            _first_new_step(log, killed_at, regex),
+        )
+        _measure(row, plan, moments)
+    except (TrialFailed, CriuError, SlurmError, CkptPocError) as exc:
+        _fail(row, rec, exc)
+    finally:
+        if probe:
+            probe.stop()
+        left = cluster.stop_all()
+        rec.import_jsonl(events)
+        if left:
+            rec.record(trial, arm, "left_running", job_ids=left)
+    return row
+
+
+# --- both ---------------------------------------------------------------------------------------
+
+TRIAL_RUNNERS: dict[str, Callable[[TrialSetup, Fault, str, int], dict[str, Any]]] = {
+    "local": run_local_trial,
+    "slurm": run_slurm_trial,
+}
+
+
+def ensure_recovery_supports(plan: Plan) -> None:
+    if plan.cluster.kind not in TRIAL_RUNNERS or plan.checkpointer.kind != "criu":
+        raise CkptPocError(
+            f"recovery runs on cluster.kind 'local' or 'slurm' with checkpointer 'criu' here; "
+            f"this plan has {plan.cluster.kind!r} with {plan.checkpointer.kind!r}"
+        )
+    if plan.workload.command is None:
+        raise CkptPocError("recovery needs workload.command (an argv list) for its copies")
+    if plan.workload.progress_probe is None or plan.workload.progress_probe.log_regex is None:
+        raise CkptPocError("recovery needs workload.progress_probe.log_regex")
+
+
+def make_cluster(plan: Plan, ctx: RunContext) -> LocalCluster | SlurmCluster:
+    if plan.cluster.kind == "slurm":
+        return SlurmCluster(
+            list(plan.cluster.nodes), plan.cluster.queue, run_folder(ctx), Path.cwd()
+        )
+    return LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
 
 
 def run_recovery(
-    plan: Plan, ctx: RunContext, *, fault_step: int | None = None, timeout_s: float = 120
+    plan: Plan,
+    ctx: RunContext,
+    *,
+    fault_step: int | None = None,
+    timeout_s: float = 120,
+    fault_timeout_s: float = 10,
+    cluster: LocalCluster | SlurmCluster | None = None,
 ) -> pd.DataFrame:
     """Every (fault, repeat, arm) trial of the plan, unmanaged first; one row each."""
-    ensure_engine_supports(plan)
-    if plan.workload.progress_probe is None or plan.workload.progress_probe.log_regex is None:
-        raise CkptPocError("recovery on the local engine needs workload.progress_probe.log_regex")
+    ensure_recovery_supports(plan)
     every = plan.workload.app_checkpoint.every_steps if plan.workload.app_checkpoint else 50
     setup = TrialSetup(
         plan,
         ctx,
-        LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd()),
+        cluster or make_cluster(plan, ctx),
         EventRecorder(ctx),
         fault_step or int(every * 2.6),
         timeout_s,
+        fault_timeout_s,
     )
+    runner = TRIAL_RUNNERS[plan.cluster.kind]
     rows = []
     try:
         for fault in plan.faults:
             for repeat in range(plan.repeats):
                 for arm in ARMS_IN_ORDER:
-                    rows.append(run_trial(setup, fault.kind, arm, repeat))
+                    rows.append(runner(setup, fault, arm, repeat))
     finally:
         setup.cluster.stop_all()
         setup.recorder.flush()

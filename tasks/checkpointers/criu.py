@@ -220,13 +220,65 @@ class CriuCheckpointer:
         return [c for c in found if c is not None]
 
     def last_complete(self) -> Checkpoint | None:
-        done = self.complete()
+        return self.last_complete_under(self.root)
+
+    @staticmethod
+    def last_complete_under(root: Path) -> Checkpoint | None:
+        """The newest complete checkpoint in ``root`` (read from disk: another process, such
+        as a Slurm job, may be the one taking them)."""
+        found = (Checkpoint.load(p) for p in sorted(root.glob("ckpt-*")))
+        done = [c for c in found if c is not None]
         return done[-1] if done else None
 
     def _prune(self) -> None:
         done = self.complete()
         for old in done[: max(0, len(done) - self.keep)]:
             shutil.rmtree(old.path, ignore_errors=True)
+
+    def _restore_paths(self) -> tuple[Path, Path]:
+        """A fresh (pidfile, log) pair for the next restore under this root."""
+        n = 1 + len(list(self.root.glob("restore-*.log")))
+        return self.root / f"restore-{n:05d}.pid", self.root / f"restore-{n:05d}.log"
+
+    def restore_attached(
+        self, checkpoint: Checkpoint, timeout: float = 120
+    ) -> tuple[subprocess.Popen, int]:
+        """Restore in the foreground: CRIU stays the restored tree's parent until it exits,
+        so a scheduler that kills the job's processes (Slurm's process group) still reaches
+        the restored workload. Returns (the CRIU process, the restored workload's pid)."""
+        with self._lock:
+            pidfile, log = self._restore_paths()
+            self.record("restore_start", index=checkpoint.index)
+            proc = subprocess.Popen(
+                [
+                    self.binary,
+                    "restore",
+                    "-D",
+                    str(checkpoint.path),
+                    "--tcp-close",
+                    "--pidfile",
+                    str(pidfile),
+                    "-o",
+                    str(log),
+                ],
+                stdin=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + timeout
+            while proc.poll() is None and time.monotonic() < deadline:
+                if pidfile.exists() and pidfile.read_text().strip():
+                    pid = int(pidfile.read_text().strip())
+                    self.record("restored", index=checkpoint.index, pid=pid)
+                    return proc, pid
+                time.sleep(0.002)
+            if proc.poll() is None:
+                proc.kill()
+            rc = proc.wait()
+            tail = _tail(log)
+            self.record("restore_failed", index=checkpoint.index, rc=rc, log_tail=tail[-2000:])
+            raise CriuError(
+                f"criu restore of checkpoint {checkpoint.path} exited {rc} "
+                f"before the workload ran:\n{tail}"
+            )
 
     def restore(
         self, cluster: LocalCluster, slot: str, checkpoint: Checkpoint | None = None
@@ -236,9 +288,7 @@ class CriuCheckpointer:
         if ckpt is None:
             raise CriuError(f"no complete checkpoint under {self.root} to restore")
         with self._lock:
-            n = 1 + len(list(self.root.glob("restore-*.pid")))
-            pidfile = self.root / f"restore-{n:05d}.pid"
-            log = self.root / f"restore-{n:05d}.log"
+            pidfile, log = self._restore_paths()
             self.record("restore_start", index=ckpt.index)
             done = self._run(
                 [

@@ -47,7 +47,7 @@ def pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _children(pid: int) -> list[int]:
+def child_pids(pid: int) -> list[int]:
     try:
         with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
             return [int(p) for p in fh.read().split()]
@@ -95,7 +95,7 @@ class LocalCluster:
                 cwd=self.workdir,
             )
         deadline = time.monotonic() + timeout
-        while not (kids := _children(launcher.pid)):
+        while not (kids := child_pids(launcher.pid)):
             if launcher.poll() is not None or time.monotonic() > deadline:
                 launcher.kill()
                 launcher.wait()

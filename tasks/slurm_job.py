@@ -1,0 +1,83 @@
+"""What runs inside a ckpt-poc Slurm job: one attempt of a workload copy.
+
+`python -m tasks.slurm_job SPEC.json`, started by `scripts/slurm-job`. The spec says:
+
+- ``mode: run`` — start the plan's argv as `unshare --pid --fork --kill-child setsid ARGV`
+  (its own PID namespace, so a restore never collides with a PID; `--kill-child`, so
+  that when Slurm kills the job's process group the workload dies with it even though it
+  leads its own session). With ``checkpoint: true`` (the managed copy) take a CRIU dump
+  every ``interval_s`` into ``ckpt_root``, a folder every attempt of the copy can reach.
+- ``mode: restore`` — restore ``checkpoint`` with CRIU in the foreground (CRIU stays the
+  workload's parent, so Slurm's kill still reaches it), then go on dumping every
+  ``interval_s`` as the first attempt did.
+
+The job exits with the workload's status. Its events (`workload_started`, the checkpoint
+and restore events) are appended as JSON lines to ``events``, which the harness reads.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tasks.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError, PeriodicCheckpoints
+from tasks.clock import EventRecorder
+from tasks.clusters.local import WorkloadProcess, child_pids
+
+
+def _ns_init(launcher: subprocess.Popen, timeout: float = 10) -> int:
+    """The workload's host pid: `unshare --fork`'s one child."""
+    deadline = time.monotonic() + timeout
+    while not (kids := child_pids(launcher.pid)):
+        if launcher.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the workload did not start (unshare exited {launcher.poll()})")
+        time.sleep(0.002)
+    return kids[0]
+
+
+def run(spec: dict[str, Any]) -> int:
+    recorder = EventRecorder(None, jsonl=Path(spec["events"]))
+    trial, arm, node = spec["trial_id"], spec["arm"], spec["node"]
+    log = Path(spec["log"])
+    criu = (
+        CriuCheckpointer(Path(spec["ckpt_root"]), int(spec["keep"]), recorder, trial, arm)
+        if spec.get("checkpoint")
+        else None
+    )
+    if spec["mode"] == "restore":
+        assert criu is not None, "a restore job always checkpoints"
+        point = Checkpoint.load(Path(spec["restore_from"]))
+        if point is None:
+            recorder.record(trial, arm, "restore_failed", reason="checkpoint is not complete")
+            return 70
+        try:
+            root, pid = criu.restore_attached(point)
+        except CriuError as exc:
+            print(f"ckpt-poc: {exc}", file=sys.stderr)
+            return 71
+    else:
+        argv = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", "setsid", *spec["argv"]]
+        root = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        pid = _ns_init(root)
+        recorder.record(trial, arm, "workload_started", pid=pid)
+    periodic = None
+    if criu is not None:
+        proc = WorkloadProcess(node, arm, pid, log)
+        periodic = PeriodicCheckpoints(criu, proc, float(spec["interval_s"])).start()
+    rc = root.wait()
+    if periodic is not None:
+        periodic.stop()
+    recorder.record(trial, arm, "workload_exited", rc=rc)
+    return rc
+
+
+def main() -> int:
+    return run(json.loads(Path(sys.argv[1]).read_text()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
