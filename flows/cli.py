@@ -140,6 +140,39 @@ def side_by_side_cmd(
 
 
 @app.command()
+def recovery(
+    plan: PlanArg,
+    timeout_s: Annotated[
+        float, typer.Option(help="longest wait for any one step of a trial before it fails")
+    ] = 120,
+    fault_step: Annotated[
+        int | None, typer.Option(help="inject each fault once the copy reports this step")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+) -> None:
+    """Inject the plan's faults into the unmanaged, then the managed copy; recover both;
+    every trial → `trials`, gated, summarised per fault with the plan's verdicts."""
+    from flows.recovery import recovery as recovery_flow
+    from tasks.report import recovery_table
+
+    try:
+        result = recovery_flow(str(plan), timeout_s, fault_step)
+    except CkptPocError as exc:
+        _fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    out.print(recovery_table(result))
+    for failure in result["failures"]:
+        err.print(
+            f"[yellow]failed trial[/] {failure['trial_id']} / {failure['arm']}: "
+            f"{failure['reason']}",
+            highlight=False,
+        )
+    out.print(f"trials written: {', '.join(result['trials_files'])}", highlight=False)
+
+
+@app.command()
 def demo() -> None:
     """The embedded default: check plans/demo.yaml, run its baseline over the sample, then
     its workload side by side (managed with CRIU, unmanaged)."""

@@ -14,12 +14,12 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas and the datasets load only where events are written: a Slurm
+    import pandas as pd  # job's wrapper records events without them, and starts faster
 
-from tasks.datasets import EVENTS, write_dataset
-from tasks.runctx import RunContext
+    from tasks.runctx import RunContext
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,10 @@ class EventRecorder:
             ]
 
     def frame(self) -> pd.DataFrame:
+        import pandas as pd
+
+        from tasks.datasets import EVENTS
+
         if self._ctx is None:
             raise ValueError("an EventRecorder without a run context only writes JSON lines")
         ctx = self._ctx
@@ -118,6 +122,8 @@ class EventRecorder:
 
     def flush(self) -> list:
         """Write every event recorded since the last flush (one file per flush)."""
+        from tasks.datasets import EVENTS, write_dataset
+
         if self._ctx is None:
             return []
         frame = self.frame().iloc[self._flushed :]

@@ -19,6 +19,7 @@ node-down fault and the old allocation's release are in it.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import time
@@ -35,14 +36,16 @@ from tasks.checkpointers.none import NoCheckpointer
 from tasks.clock import Event, EventRecorder, span_s
 from tasks.clusters.local import LocalCluster, WorkloadProcess
 from tasks.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmError
-from tasks.datasets import TRIALS
+from tasks.datasets import TRIALS, write_dataset
 from tasks.engine import copy_argv, run_folder
 from tasks.errors import CkptPocError
 from tasks.faults import inject_local_fault, inject_slurm_fault
+from tasks.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
 from tasks.plan import Fault, Plan
 from tasks.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
 from tasks.runctx import RunContext
 
+GATE = "recovery"
 CLOCK = "fault_injected→serving_again"
 INCLUDES = {
     "local": "detection+scheduling+restore+warmup (local: scheduling is holding the slot again)",
@@ -205,7 +208,9 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         probe = LogProgressProbe(proc.log, regex, rec, trial, arm).start()
         criu = None
         if arm == "managed":
-            criu = CriuCheckpointer(copy_dir / "criu", plan.checkpointer.keep, rec, trial)
+            criu = CriuCheckpointer(
+                copy_dir / "criu", plan.checkpointer.keep, rec, trial, timeout_s=setup.timeout_s
+            )
             periodic = PeriodicCheckpoints(criu, proc, plan.checkpointer.interval_s).start()
         if not probe.wait_for(lambda s: s.step >= setup.fault_step, setup.timeout_s):
             raise TrialFailed(f"the copy never reached step {setup.fault_step}")
@@ -398,7 +403,6 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         )
         row["recovery_job_id"] = new_job.job_id
         rec.record(trial, arm, "recovery_submitted", job_id=new_job.job_id, recovers=job.job_id)
-        row["fault_outcome"] = cluster.final_state(job) or str(ended.state)
         now_running = cluster.wait_until(new_job, lambda s: s == "RUNNING", setup.timeout_s)
         if now_running is None:
             state, reason = cluster.observe(new_job)
@@ -438,6 +442,10 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
     finally:
         if probe:
             probe.stop()
+        if row.get("job_id") and not row.get("fault_outcome"):
+            # What accounting says ended the interrupted job (sacct lags: read it last).
+            with contextlib.suppress(SlurmError):
+                row["fault_outcome"] = cluster.final_state(cluster.tracked[row["job_id"]])
         left = cluster.stop_all()
         rec.import_jsonl(events)
         if left:
@@ -473,6 +481,13 @@ def make_cluster(plan: Plan, ctx: RunContext) -> LocalCluster | SlurmCluster:
     return LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
 
 
+@dataclass
+class RecoveryRun:
+    trials: pd.DataFrame  # one row per trial, in the `trials` schema
+    events: list[Event]  # every event of the run (already written to `events`)
+    run_dir: Path
+
+
 def run_recovery(
     plan: Plan,
     ctx: RunContext,
@@ -481,7 +496,7 @@ def run_recovery(
     timeout_s: float = 120,
     fault_timeout_s: float = 10,
     cluster: LocalCluster | SlurmCluster | None = None,
-) -> pd.DataFrame:
+) -> RecoveryRun:
     """Every (fault, repeat, arm) trial of the plan, unmanaged first; one row each."""
     ensure_recovery_supports(plan)
     every = plan.workload.app_checkpoint.every_steps if plan.workload.app_checkpoint else 50
@@ -507,7 +522,26 @@ def run_recovery(
     frame = pd.DataFrame(rows)
     for name, value in ctx.stamp().items():
         frame[name] = value
-    return frame.reindex(columns=TRIALS.column_names)
+    return RecoveryRun(
+        frame.reindex(columns=TRIALS.column_names), setup.recorder.events(), run_folder(ctx)
+    )
+
+
+def write_and_gate(run: RecoveryRun, plan: Plan, ctx: RunContext) -> list[Path]:
+    """Write every trial (failed ones too: a run is recorded whatever its gates say), then
+    run the trials schema's suite and the comparability rules; GateFailed blocks the report."""
+    files = write_dataset(
+        run.trials,
+        TRIALS,
+        data_dir=ctx.data_dir,
+        poc=ctx.poc,
+        run_id=ctx.run_id,
+        metadata=ctx.file_metadata,
+    )
+    checks = validate_dataset(GATE, TRIALS, run.trials)
+    checks += recovery_gate_checks(run.trials, plan, run.events)
+    record_and_enforce(checks, ctx)
+    return files
 
 
 def _stats(values: pd.Series) -> dict[str, float | None]:
@@ -561,6 +595,9 @@ def summarise_recovery(trials: pd.DataFrame, plan: Plan) -> list[dict[str, Any]]
                 "recovery_s": _stats(rows["recovery_s"]),
                 "work_lost_gpu_h": _stats(rows["work_lost_gpu_h"]),
                 "steps_lost": _stats(rows["steps_lost"]),
+                # How late the harness saw `detected` and `serving_again` (DESIGN §4).
+                "detect_latency_ms": _stats(rows["detect_latency_ms"]),
+                "serving_latency_ms": _stats(rows["serving_latency_ms"]),
             }
             medians[arm] = entry["recovery_s"]["median"]
             if arm == "managed":
@@ -589,52 +626,69 @@ def _verdict(value: float | None, threshold: float) -> dict[str, Any]:
     }
 
 
-def recovery_gate_checks(trials: pd.DataFrame, plan: Plan) -> list[dict[str, Any]]:
-    """The comparability rules for recovery, as (name, success, observed) records."""
+FINGERPRINT_COLUMNS = (
+    "fp_host",
+    "fp_cpu_model",
+    "fp_kernel",
+    "fp_gpu_model",
+    "fp_driver",
+    "fp_cuda",
+    "fp_versions",
+)
+
+
+def recovery_gate_checks(
+    trials: pd.DataFrame, plan: Plan, events: list[Event]
+) -> list[CheckResult]:
+    """The comparability rules for recovery (DESIGN §5): both arms and enough repeats per
+    fault, one clock, arms that differ only in being managed, real faults and measured
+    recoveries behind every counted trial."""
     checks = []
     ok = trials[trials["status"] == "ok"]
     for fault in plan.faults:
         for arm in ARMS_IN_ORDER:
             n = int(((ok["fault"] == fault.kind) & (ok["arm"] == arm)).sum())
             checks.append(
-                {
-                    "name": f"repeats[{fault.kind},{arm}]",
-                    "success": n >= plan.repeats,
-                    "observed": {"ok_trials": n, "required": plan.repeats},
-                }
+                plain_check(
+                    GATE,
+                    "trials",
+                    f"repeats[{fault.kind},{arm}]",
+                    n >= plan.repeats,
+                    ok_trials=n,
+                    required=plan.repeats,
+                )
             )
+    clocks = sorted(map(str, trials["clock"].unique()))
     checks.append(
-        {
-            "name": "same_clock_both_arms",
-            "success": trials["clock"].nunique() == 1,
-            "observed": {"clocks": sorted(trials["clock"].unique())},
-        }
+        plain_check(GATE, "trials", "same_clock_both_arms", len(clocks) == 1, clocks=clocks)
     )
-    for column in (
-        "nodes",
-        "workload_hash",
-        "fp_host",
-        "fp_cpu_model",
-        "fp_kernel",
-        "fp_gpu_model",
-        "fp_driver",
-        "fp_cuda",
-        "fp_versions",
-    ):
+    for column in ("nodes", "workload_hash", *FINGERPRINT_COLUMNS):
         distinct = sorted(map(str, trials[column].unique()))
         checks.append(
-            {
-                "name": f"arms_differ_only_in_managed[{column}]",
-                "success": len(distinct) == 1,
-                "observed": {"values": distinct},
-            }
+            plain_check(
+                GATE,
+                "trials",
+                f"arms_differ_only_in_managed[{column}]",
+                len(distinct) == 1,
+                values=distinct,
+            )
         )
-    real = ok["recovery_s"].notna() & ok["detection_s"].notna()
+    seen = {(e.trial_id, e.arm, e.event) for e in events}
+    unbacked = [
+        f"{t}/{a}"
+        for t, a in zip(ok["trial_id"], ok["arm"], strict=True)
+        if (t, a, "fault_injected") not in seen or (t, a, "serving_again") not in seen
+    ]
+    measured = ok["recovery_s"].notna() & ok["detection_s"].notna()
     checks.append(
-        {
-            "name": "real_fault_and_measured_serving_again",
-            "success": bool(real.all()),
-            "observed": {"ok_trials": len(ok), "measured": int(real.sum())},
-        }
+        plain_check(
+            GATE,
+            "trials",
+            "real_fault_and_measured_serving_again",
+            not unbacked and bool(measured.all()),
+            ok_trials=len(ok),
+            without_events=unbacked,
+            without_numbers=int((~measured).sum()),
+        )
     )
     return checks

@@ -109,3 +109,107 @@ def baseline_markdown(result: BaselineResult) -> str:
     lines += ["", "## What these numbers leave out", ""]
     lines += [f"- {text}" for text in LIMITATIONS]
     return "\n".join(lines)
+
+
+# --- recovery ---------------------------------------------------------------------------------
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}f}"
+
+
+def recovery_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per fault × arm: the recovery summary flattened for tables."""
+    rows = []
+    for s in result["summary"]:
+        rt, wl = s["recovery_s"], s["work_lost_gpu_h"]
+        verdict = s.get("recovery_time_verdict", {}).get("verdict", "")
+        rows.append(
+            {
+                "fault": s["fault"],
+                "arm": s["arm"],
+                "n": rt["n"],
+                "failed": s["failed"],
+                "recovery_s_median": rt["median"],
+                "recovery_s_p90": rt["p90"],
+                "recovery_s_min": rt["min"],
+                "recovery_s_max": rt["max"],
+                "work_lost_gpu_h_median": wl["median"],
+                "work_lost_gpu_h_p90": wl["p90"],
+                "steps_lost_median": s["steps_lost"]["median"],
+                "managed_over_unmanaged": s["managed_over_unmanaged_recovery"],
+                "recovery_verdict": verdict,
+                "work_lost_verdict": s.get("work_lost_verdict", {}).get("verdict", ""),
+                "detect_latency_ms_max": s["detect_latency_ms"]["max"],
+                "serving_latency_ms_max": s["serving_latency_ms"]["max"],
+            }
+        )
+    return rows
+
+
+def recovery_table(result: dict[str, Any]) -> Table:
+    table = Table(
+        title=f"Recovery after real faults — {result['cluster']} (run {result['run_id']})"
+    )
+    columns = (
+        "fault",
+        "arm",
+        "n",
+        "failed",
+        "recovery s median",
+        "p90",
+        "min",
+        "max",
+        "work lost GPU-h median",
+        "steps lost",
+        "managed/unmanaged",
+        "verdict (time / work)",
+    )
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("fault", "arm") else "right")
+    for r in recovery_rows(result):
+        table.add_row(
+            r["fault"],
+            r["arm"],
+            str(r["n"]),
+            str(r["failed"]),
+            _num(r["recovery_s_median"]),
+            _num(r["recovery_s_p90"]),
+            _num(r["recovery_s_min"]),
+            _num(r["recovery_s_max"]),
+            _num(r["work_lost_gpu_h_median"], 6),
+            _num(r["steps_lost_median"], 0),
+            _num(r["managed_over_unmanaged"], 2),
+            f"{r['recovery_verdict']} / {r['work_lost_verdict']}" if r["recovery_verdict"] else "",
+        )
+    table.caption = "; ".join(result["includes"])
+    return table
+
+
+def recovery_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        f"# Recovery after real faults ({result['cluster']})",
+        "",
+        f"Run `{result['run_id']}`: {result['trials']} trials, {result['failed']} failed "
+        "(kept as rows with their reason). Clock: `fault_injected` → `serving_again`.",
+        "",
+        "| fault | arm | n | failed | recovery s median | p90 | min | max "
+        "| work lost GPU-h median | steps lost | managed/unmanaged | verdict |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in recovery_rows(result):
+        verdict = (
+            f"{r['recovery_verdict']} / {r['work_lost_verdict']}" if r["recovery_verdict"] else ""
+        )
+        lines.append(
+            f"| {r['fault']} | {r['arm']} | {r['n']} | {r['failed']} "
+            f"| {_num(r['recovery_s_median'])} | {_num(r['recovery_s_p90'])} "
+            f"| {_num(r['recovery_s_min'])} | {_num(r['recovery_s_max'])} "
+            f"| {_num(r['work_lost_gpu_h_median'], 6)} | {_num(r['steps_lost_median'], 0)} "
+            f"| {_num(r['managed_over_unmanaged'], 2)} | {verdict} |"
+        )
+    lines += ["", "What the numbers include: " + "; ".join(result["includes"]) + "."]
+    if result["failures"]:
+        lines += ["", "## Failed trials", ""]
+        lines += [f"- {f['trial_id']} / {f['arm']}: {f['reason']}" for f in result["failures"]]
+    return "\n".join(lines)

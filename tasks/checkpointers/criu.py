@@ -24,7 +24,8 @@ from pathlib import Path
 from tasks.clock import Event, EventRecorder
 from tasks.clusters.local import LocalCluster, WorkloadProcess
 from tasks.errors import CkptPocError
-from tasks.runctx import REPO_ROOT
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 ACTION_SCRIPT = REPO_ROOT / "scripts" / "criu-action-script"
 CACHED_BUILD = REPO_ROOT / ".tools" / "criu" / "bin" / "criu"
@@ -145,7 +146,9 @@ class CriuCheckpointer:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.communicate()
-            raise CriuError(f"{argv[1]} did not finish within {timeout:.0f} s: killed") from None
+            raise CriuError(
+                f"criu {argv[1]} did not finish within {timeout:.0f} s: killed"
+            ) from None
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
     def dump(self, proc: WorkloadProcess) -> Checkpoint:

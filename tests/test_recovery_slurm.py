@@ -1,0 +1,148 @@
+"""Recovery on a real single-node Slurm with real CRIU: scancel, node-down and kill-step.
+
+Each copy is a batch job pinned to the plan's node. The managed copy runs under the CRIU
+wrapper (tasks/slurm_job.py) that dumps it every interval into a folder every attempt can
+reach; after the fault a restore job — a new job id, linked to the interrupted one —
+brings it back. The unmanaged copy is resubmitted, resuming its own checkpoint.
+
+The cluster is this module's own (its folder and ports), stopped before the baseline's.
+About three minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks.clusters.slurm import SlurmCluster, SlurmJob
+from tasks.datasets import TRIALS, read_dataset
+from tasks.errors import BlastRadiusError
+from tasks.plan import Fault, Plan, load_plan
+from tasks.recovery import run_recovery, write_and_gate
+from tasks.runctx import make_run_context
+from tests import slurm_cluster
+from tests.conftest import REPO
+
+pytestmark = [pytest.mark.slurm, pytest.mark.criu]
+
+PORTS = {
+    "CKPT_SLURM_DB_PORT": "23316",
+    "CKPT_SLURM_CTLD_PORT": "26827",
+    "CKPT_SLURM_D_PORT": "26828",
+    "CKPT_SLURM_DBD_PORT": "26829",
+}
+
+
+@pytest.fixture(scope="module")
+def slurm_env(tmp_path_factory, criu_binary: str) -> Iterator[dict[str, str]]:
+    directory = tmp_path_factory.mktemp("slurm-recovery")
+    saved = {k: os.environ.get(k) for k in [*PORTS, "SLURM_CONF", "CKPT_POC_CRIU"]}
+    os.environ.update(PORTS)
+    try:
+        env = slurm_cluster.ensure_slurm_up(directory)
+        # The harness and the jobs (sbatch exports this environment) use this cluster.
+        os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+        os.environ["CKPT_POC_CRIU"] = criu_binary
+        yield env
+    finally:
+        subprocess.run(
+            [str(REPO / "scripts" / "slurm-down"), "--purge", str(directory)],
+            check=False,
+            timeout=120,
+        )
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def slurm_plan(tmp_path: Path, faults: list[Fault], repeats: int) -> Plan:
+    plan = load_plan(REPO / "plans" / "demo.yaml")
+    return plan.model_copy(
+        update={
+            "poc": "slurm-recovery",
+            "data_dir": str(tmp_path / "data"),
+            "cluster": plan.cluster.model_copy(
+                update={"kind": "slurm", "nodes": ["ckpt-node1"], "queue": "poc"}
+            ),
+            "workload": plan.workload.model_copy(update={"gpus": 1}),
+            "faults": faults,
+            "repeats": repeats,
+        }
+    )
+
+
+def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path) -> None:
+    plan = slurm_plan(
+        tmp_path, [Fault(kind="scancel"), Fault(kind="node-down"), Fault(kind="kill-step")], 3
+    )
+    ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
+    run = run_recovery(plan, ctx, timeout_s=60)
+    trials = run.trials
+    assert (trials["status"] == "ok").all(), trials[["trial_id", "arm", "reason"]].to_string()
+    write_and_gate(run, plan, ctx)  # every comparability gate passes
+    assert len(read_dataset(plan.data_dir, plan.poc, TRIALS)) == 3 * 3 * 2
+
+    # Each recovery is a new job, linked to the interrupted one; Slurm says how each ended.
+    assert (trials["recovery_job_id"].astype(int) > trials["job_id"].astype(int)).all()
+    outcome = trials.groupby("fault")["fault_outcome"].agg(set).to_dict()
+    assert outcome["scancel"] == {"CANCELLED"}
+    assert outcome["node-down"] == {"NODE_FAIL"}
+    assert outcome["kill-step"] <= {"FAILED", "CANCELLED"}
+    # The managed copy came back from its CRIU checkpoint, the unmanaged from its own.
+    managed = trials[trials["arm"] == "managed"]
+    assert set(managed["recoverable_point"]) == {"checkpoint"}
+    assert set(trials[trials["arm"] == "unmanaged"]["recoverable_point"]) == {"app_checkpoint"}
+    # GPUs from the allocation (the cluster's fake gres), not the plan.
+    assert set(trials["gpus_from"]) == {"allocation"} and set(trials["gpus"]) == {1}
+    # Every trial's events are complete, the restore's from inside the job included.
+    names = {(e.trial_id, e.arm, e.event) for e in run.events}
+    for t, a in zip(trials["trial_id"], trials["arm"], strict=True):
+        for event in ("fault_injected", "detected", "started", "serving_again"):
+            assert (t, a, event) in names, (t, a, event)
+        restored = "restored" if a == "managed" else "workload_started"
+        assert (t, a, restored) in names and (t, a, "recovery_submitted") in names
+    parts = trials[["detection_s", "scheduling_s", "restore_s", "warmup_s"]].sum(axis=1)
+    assert (abs(parts - trials["recovery_s"]) < 1e-6).all()
+    # Accounting links the restore job to the job it recovers.
+    job = trials.iloc[-1]
+    comment = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-j", job["recovery_job_id"], "-o", "JobName"],
+        env=slurm_env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "ckpt-poc" in comment
+
+
+def test_a_node_that_never_comes_back_is_a_failed_trial(slurm_env, tmp_path: Path) -> None:
+    plan = slurm_plan(tmp_path, [Fault(kind="node-down", down_s=None)], 1)
+    trials = run_recovery(
+        plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), timeout_s=12
+    ).trials
+    assert list(trials["status"]) == ["failed", "failed"]
+    assert trials["reason"].str.contains("the node never came back").all(), trials["reason"]
+    assert set(trials["fault_outcome"]) == {"NODE_FAIL"}
+    # The run returned the node it took down to service, and left no job behind.
+    slurm_cluster.wait_node_idle(slurm_env, timeout=30)
+    queue = subprocess.run(
+        ["squeue", "-h"], env=slurm_env, capture_output=True, text=True, check=True
+    ).stdout
+    assert queue.strip() == ""
+
+
+def test_slurm_faults_refuse_what_the_run_does_not_own(tmp_path: Path) -> None:
+    cluster = SlurmCluster(["ckpt-node1"], "poc", tmp_path, REPO)
+    stranger = SlurmJob("1", "ckpt-node1", "managed", tmp_path / "x.log", tmp_path / "x.json")
+    with pytest.raises(BlastRadiusError):
+        cluster.cancel(stranger)
+    with pytest.raises(BlastRadiusError):
+        cluster.node_down("login-node", reason="no")
+    with pytest.raises(BlastRadiusError):
+        cluster.submit("other-node", "managed", {}, name="t", log=tmp_path / "x.log")
