@@ -173,9 +173,72 @@ def recovery(
 
 
 @app.command()
+def overhead(
+    plan: PlanArg,
+    pairs: Annotated[
+        int | None, typer.Option(help="A/B pairs per variant (default: the plan's repeats)")
+    ] = None,
+    timeout_s: Annotated[float, typer.Option(help="longest one run may take")] = 600,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Steady-state overhead (interleaved A B B A runs, no checkpoint in the timed span) and,
+    apart, the cost of checkpointing at the plan's interval; paired statistics, verdict."""
+    from flows.overhead import overhead as overhead_flow
+    from tasks.report import checkpoint_lines, overhead_lines
+
+    try:
+        result = overhead_flow(str(plan), pairs, timeout_s)
+    except CkptPocError as exc:
+        _fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    _print_lines("Steady-state overhead", overhead_lines(result), result)
+    _print_lines("Checkpoints taken", checkpoint_lines(result["checkpoints"]), None)
+
+
+@app.command("cold-start")
+def cold_start_cmd(
+    plan: PlanArg,
+    repeats: Annotated[
+        int | None, typer.Option(help="native/restore pairs (default: the plan's repeats)")
+    ] = None,
+    timeout_s: Annotated[float, typer.Option(help="longest wait for ready")] = 120,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """Native launch → ready against restore → ready of the same initialised copy; the
+    speed-up with its CI, restore GB/s against checkpoint bytes (table and PNG)."""
+    from flows.cold_start import cold_start as cold_start_flow
+    from tasks.report import cold_start_lines
+
+    try:
+        result = cold_start_flow(str(plan), repeats, timeout_s)
+    except CkptPocError as exc:
+        _fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    _print_lines("Cold start", cold_start_lines(result), result)
+    out.print(f"plot: {result['plot']}", highlight=False)
+
+
+def _print_lines(title: str, lines: list[str], result: dict | None) -> None:
+    out.print(f"[bold]{title}[/]")
+    for line in lines:
+        out.print(f"  {line}", highlight=False, markup=False)
+    for failure in (result or {}).get("failures", []):
+        err.print(
+            f"[yellow]failed[/] {failure['trial_id']} / {failure['arm']}: {failure['reason']}",
+            highlight=False,
+        )
+    if result:
+        out.print(f"trials written: {', '.join(result['trials_files'])}", highlight=False)
+
+
+@app.command()
 def demo() -> None:
-    """The embedded default: check plans/demo.yaml, run its baseline over the sample, then
-    its workload side by side (managed with CRIU, unmanaged)."""
+    """The embedded default: check plans/demo.yaml, run its baseline over the sample, its
+    workload side by side (managed with CRIU, unmanaged), then recovery from real faults."""
     if not os.environ.get(KEY_ENV):
         # The demo has no site secret: a one-off key keeps identities hidden, at the cost of
         # pseudonyms that do not link across runs. Real runs must set the key.
@@ -185,6 +248,7 @@ def demo() -> None:
     plan_check_cmd(DEMO_PLAN)
     _run_baseline(DEMO_PLAN, None, False, False, None, None)
     side_by_side_cmd(DEMO_PLAN)
+    recovery(DEMO_PLAN)
 
 
 if __name__ == "__main__":

@@ -265,6 +265,21 @@ TRIALS = DatasetSpec(
         Column("job_id", S, doc="the scheduler's id of the interrupted job (Slurm)"),
         Column("recovery_job_id", S, doc="the job that brought it back, linked to job_id"),
         Column("fault_outcome", S, doc="what the scheduler or OS reported for the fault"),
+        # overhead: one timed run of the workload
+        Column(
+            "variant", S, allowed=("steady", "checkpointing"), doc="what an overhead run measures"
+        ),
+        Column("pair", I64, min=0, doc="the A/B pair an overhead run belongs to"),
+        Column("run_s", F64, min=0, doc="first to last progress step of the run"),
+        Column("steps", I64, min=0),
+        Column("steps_per_s", F64, min=0),
+        # cold start: launch (native) or restore start (managed) to ready
+        Column("ready_s", F64, min=0),
+        Column("restore_gbps", F64, min=0, doc="checkpoint bytes / CRIU restore seconds / 1e9"),
+        Column("page_cache", S, allowed=("dropped", "warm"), doc="before the start was timed"),
+        # checkpoint: one CRIU dump
+        Column("dump_s", F64, min=0),
+        Column("freeze_s", F64, min=0, doc="how long CRIU kept the workload frozen"),
         *_FP,
     ),
 )

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,16 +30,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks import experiments
 from tasks.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError, PeriodicCheckpoints
 from tasks.checkpointers.none import NoCheckpointer
+from tasks.checkpoints import checkpoint_rows
 from tasks.clock import Event, EventRecorder, span_s
 from tasks.clusters.local import LocalCluster, WorkloadProcess
 from tasks.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmError
-from tasks.datasets import TRIALS, write_dataset
+from tasks.datasets import TRIALS
 from tasks.engine import copy_argv, run_folder
 from tasks.errors import CkptPocError
+from tasks.experiments import arms_differ_only_in_managed, workload_hash
 from tasks.faults import inject_local_fault, inject_slurm_fault
-from tasks.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
+from tasks.gates import CheckResult, plain_check
 from tasks.plan import Fault, Plan
 from tasks.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
 from tasks.runctx import RunContext
@@ -59,10 +61,6 @@ ARMS_IN_ORDER = ("unmanaged", "managed")  # the unmanaged copy is faulted first
 
 class TrialFailed(CkptPocError):
     """A trial that cannot give a number; its row says why."""
-
-
-def workload_hash(plan: Plan) -> str:
-    return hashlib.sha256(plan.workload.model_dump_json().encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -411,7 +409,13 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
                 f"(state {state}, reason {reason or 'none'})"
                 + (" — the node never came back" if fault.kind == "node-down" else "")
             )
-        started = rec.record(trial, arm, "started", job_id=new_job.job_id)
+        # `started` is the job's own first moment on the node (its wrapper records it): the
+        # squeue poll that saw it RUNNING may come after the restore has begun.
+        started = _wait_job_event(
+            rec, events, trial, arm, ("job_started",), fault_ev, setup.timeout_s
+        )
+        if started is None:
+            raise TrialFailed(f"recovery job {new_job.job_id} ran but never reported starting")
         names = ("restored", "restore_failed") if arm == "managed" else ("workload_started",)
         restored = _wait_job_event(rec, events, trial, arm, names, fault_ev, setup.timeout_s)
         if restored is None or restored.event == "restore_failed":
@@ -528,20 +532,17 @@ def run_recovery(
 
 
 def write_and_gate(run: RecoveryRun, plan: Plan, ctx: RunContext) -> list[Path]:
-    """Write every trial (failed ones too: a run is recorded whatever its gates say), then
-    run the trials schema's suite and the comparability rules; GateFailed blocks the report."""
-    files = write_dataset(
-        run.trials,
-        TRIALS,
-        data_dir=ctx.data_dir,
-        poc=ctx.poc,
-        run_id=ctx.run_id,
-        metadata=ctx.file_metadata,
+    """Write every trial and its checkpoints' rows, then gate the recovery trials."""
+    node = plan.cluster.nodes[0]
+    trials = pd.concat([run.trials, checkpoint_rows(run.events, plan, node)], ignore_index=True)
+    for name, value in ctx.stamp().items():
+        trials[name] = value
+    return experiments.write_and_gate(
+        trials.reindex(columns=TRIALS.column_names),
+        ctx,
+        GATE,
+        recovery_gate_checks(run.trials, plan, run.events),
     )
-    checks = validate_dataset(GATE, TRIALS, run.trials)
-    checks += recovery_gate_checks(run.trials, plan, run.events)
-    record_and_enforce(checks, ctx)
-    return files
 
 
 def _stats(values: pd.Series) -> dict[str, float | None]:
@@ -626,17 +627,6 @@ def _verdict(value: float | None, threshold: float) -> dict[str, Any]:
     }
 
 
-FINGERPRINT_COLUMNS = (
-    "fp_host",
-    "fp_cpu_model",
-    "fp_kernel",
-    "fp_gpu_model",
-    "fp_driver",
-    "fp_cuda",
-    "fp_versions",
-)
-
-
 def recovery_gate_checks(
     trials: pd.DataFrame, plan: Plan, events: list[Event]
 ) -> list[CheckResult]:
@@ -662,17 +652,7 @@ def recovery_gate_checks(
     checks.append(
         plain_check(GATE, "trials", "same_clock_both_arms", len(clocks) == 1, clocks=clocks)
     )
-    for column in ("nodes", "workload_hash", *FINGERPRINT_COLUMNS):
-        distinct = sorted(map(str, trials[column].unique()))
-        checks.append(
-            plain_check(
-                GATE,
-                "trials",
-                f"arms_differ_only_in_managed[{column}]",
-                len(distinct) == 1,
-                values=distinct,
-            )
-        )
+    checks += arms_differ_only_in_managed(GATE, trials)
     seen = {(e.trial_id, e.arm, e.event) for e in events}
     unbacked = [
         f"{t}/{a}"

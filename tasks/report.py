@@ -213,3 +213,122 @@ def recovery_markdown(result: dict[str, Any]) -> str:
         lines += ["", "## Failed trials", ""]
         lines += [f"- {f['trial_id']} / {f['arm']}: {f['reason']}" for f in result["failures"]]
     return "\n".join(lines)
+
+
+# --- overhead and cold start --------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:+.2f} %"
+
+
+def overhead_lines(result: dict[str, Any]) -> list[str]:
+    """The overhead result as plain sentences (terminal and markdown alike)."""
+    lines = []
+    for variant, v in result["variants"].items():
+        c = v["comparison"]
+        head = f"{variant}: {v['runs']} runs, {v['failed']} failed"
+        if c is None:
+            lines.append(f"{head}; no complete pair to compare")
+            continue
+        lines.append(
+            f"{head}; managed vs unmanaged run time over {c['n']} pairs: median "
+            f"{_pct(c['overhead_pct'])} (95% CI {_pct(c['ci_low_pct'])} … "
+            f"{_pct(c['ci_high_pct'])}), {c['method']} p={c['p_value']:.3g} → "
+            f"{c['difference']}; minimum detectable effect "
+            f"{_num(c['mde_pct'], 2)} %"
+        )
+        if variant == "steady":
+            lines.append(
+                f"  verdict vs {result['threshold_pct']} %: {c['verdict']} ({c['verdict_reason']})"
+            )
+        else:
+            lines.append(f"  {v['note']}")
+        if c.get("spread_warning"):
+            lines.append(f"  warning: {c['spread_warning']}")
+    return lines
+
+
+def overhead_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Steady-state overhead and the cost of checkpointing",
+        "",
+        f"Run `{result['run_id']}`: interleaved A B B A runs, each timed from its first to its "
+        "last progress line.",
+        "",
+    ]
+    lines += [f"- {line.strip()}" for line in overhead_lines(result)]
+    lines += ["", "## Checkpoints taken", "", *checkpoint_lines(result["checkpoints"])]
+    if result["failures"]:
+        lines += ["", "## Failed runs", ""]
+        lines += [f"- {f['trial_id']} / {f['arm']}: {f['reason']}" for f in result["failures"]]
+    return "\n".join(lines)
+
+
+def checkpoint_lines(checkpoints: dict[str, Any]) -> list[str]:
+    lines = []
+    for workload, c in checkpoints.items():
+        if not c["dump_s"]:
+            lines.append(f"- workload {workload}: {c['n']} dumps, {c['failed']} failed")
+            continue
+        freeze = c["freeze_s"]["median"] if c["freeze_s"] else None
+        lines.append(
+            f"- workload {workload}: {c['n']} dumps ({c['failed']} failed); median dump "
+            f"{c['dump_s']['median']:.3f} s (min {c['dump_s']['min']:.3f}, max "
+            f"{c['dump_s']['max']:.3f}), frozen {_num(freeze)} s, image "
+            f"{c['checkpoint_bytes']['median'] / 1e6:.1f} MB"
+        )
+    return lines or ["- none"]
+
+
+def cold_start_lines(result: dict[str, Any]) -> list[str]:
+    s = result["speedup"]
+    lines = []
+    if s is None:
+        lines.append("no native and restored start to compare")
+    else:
+        for label, arm in (("native launch → ready", "native"), ("restore → ready", "restore")):
+            a = s[arm]
+            lines.append(
+                f"{label}: n={a['n']}, median {_num(a['median'])} s "
+                f"(min {_num(a['min'])}, max {_num(a['max'])})"
+            )
+        lines.append(
+            f"speed-up (native/restore, {s['statistic']}): {_num(s['speedup'], 2)}× "
+            f"(95% CI {_num(s['ci_low'], 2)} … {_num(s['ci_high'], 2)}); verdict vs "
+            f"{result['threshold']}×: {s['verdict']} ({s['verdict_reason']})"
+        )
+    fit = result["restore_throughput"]
+    if fit:
+        lines.append(
+            f"restore throughput: {_num(fit['gbps'], 2)} GB/s ({fit['method']}, n={fit['n']})"
+            + (f"; {fit['note']}" if fit.get("note") else "")
+        )
+    lines.append(f"page cache before each timed start: {', '.join(result['page_cache'])}")
+    return lines
+
+
+def cold_start_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Cold start: native launch against restore",
+        "",
+        f"Run `{result['run_id']}`: the same ready probe ends both clocks.",
+        "",
+    ]
+    lines += [f"- {line}" for line in cold_start_lines(result)]
+    lines += [
+        "",
+        "| trial | restore → ready s | criu restore s | checkpoint MB | GB/s |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in result["restores"]:
+        lines.append(
+            f"| {r['trial_id']} | {_num(r['ready_s'])} | {_num(r['restore_s'])} "
+            f"| {r['checkpoint_bytes'] / 1e6:.1f} | {_num(r['restore_gbps'], 2)} |"
+        )
+    lines += ["", f"Plot: `{result['plot']}`", "", "## Checkpoints taken", ""]
+    lines += checkpoint_lines(result["checkpoints"])
+    if result["failures"]:
+        lines += ["", "## Failed starts", ""]
+        lines += [f"- {f['trial_id']} / {f['arm']}: {f['reason']}" for f in result["failures"]]
+    return "\n".join(lines)

@@ -11,13 +11,15 @@
   workload's parent, so Slurm's kill still reaches it), then go on dumping every
   ``interval_s`` as the first attempt did.
 
-The job exits with the workload's status. Its events (`workload_started`, the checkpoint
-and restore events) are appended as JSON lines to ``events``, which the harness reads.
+The job exits with the workload's status. Its events (`job_started` first thing, then
+`workload_started`, the checkpoint and restore events) are appended as JSON lines to
+``events``, which the harness reads.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -42,6 +44,8 @@ def _ns_init(launcher: subprocess.Popen, timeout: float = 10) -> int:
 def run(spec: dict[str, Any]) -> int:
     recorder = EventRecorder(None, jsonl=Path(spec["events"]))
     trial, arm, node = spec["trial_id"], spec["arm"], spec["node"]
+    # The job holds its resources from here: the moment `started` marks for recovery.
+    recorder.record(trial, arm, "job_started", job_id=os.environ.get("SLURM_JOB_ID"))
     log = Path(spec["log"])
     criu = (
         CriuCheckpointer(Path(spec["ckpt_root"]), int(spec["keep"]), recorder, trial, arm)

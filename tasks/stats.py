@@ -423,6 +423,9 @@ def compare_speedup(
     }
 
 
+SPREAD_FOR_FIT = 1.5
+
+
 def fit_throughput(bytes_: ArrayLike, seconds: ArrayLike) -> dict[str, Any]:
     """Throughput from (bytes, seconds) pairs: least squares seconds = a + bytes / rate.
 
@@ -434,14 +437,19 @@ def fit_throughput(bytes_: ArrayLike, seconds: ArrayLike) -> dict[str, Any]:
     b = _positive("bytes_", bytes_)
     s = _positive("seconds", seconds)
     n = len(b)
-    if len(np.unique(b)) < 2:
+    # Sizes within a factor of SPREAD_FOR_FIT of each other (repeats of one workload differ
+    # by a few kB) give a slope that is all noise: use the plain ratio instead.
+    if len(np.unique(b)) < 2 or b.max() < SPREAD_FOR_FIT * b.min():
         return {
             "method": "ratio",
             "gbps": float(b.sum() / s.sum() / GB),
             "intercept_s": None,
             "r2": None,
             "n": n,
-            "note": "fewer than 2 distinct sizes: total bytes / total seconds, no intercept",
+            "note": (
+                f"sizes span less than {SPREAD_FOR_FIT}x: total bytes / total seconds, "
+                "no intercept (vary the checkpoint size to separate the fixed cost)"
+            ),
         }
     slope, intercept = np.polyfit(b, s, 1)  # s per byte, s
     resid = s - (intercept + slope * b)

@@ -57,6 +57,8 @@ def test_deployments_match_prefect_yaml(stack: PrefectStack) -> None:
     for flow, entrypoint in [
         ("plan_check", "flows/plan_check.py:plan_check"),
         ("baseline", "flows/baseline.py:baseline"),
+        ("side_by_side", "flows/side_by_side.py:side_by_side"),
+        ("recovery", "flows/recovery.py:recovery"),
     ]:
         dep = stack.deployment(flow, flow)
         assert dep["entrypoint"] == entrypoint
@@ -105,6 +107,24 @@ def test_baseline_deployment_writes_datasets_and_summary(
     assert summary[0]["data"].strip()
     exposure = stack.artifacts(run_id, key="baseline-exposure")
     assert len(exposure) == 1 and exposure[0]["type"] == "table"
+
+
+@pytest.mark.criu
+def test_recovery_deployment_writes_trials_and_its_report(
+    stack: PrefectStack, tmp_plan: Path, criu_binary: str
+) -> None:
+    plan = yaml.safe_load(tmp_plan.read_text())
+    plan["faults"] = [{"kind": "sigkill"}]  # one fault, the plan's 3 repeats on each arm
+    tmp_plan.write_text(yaml.safe_dump(plan, sort_keys=False))
+    run_id, proc = stack.run_deployment("recovery/recovery", {"plan_path": str(tmp_plan)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr + stack.log_tail()
+    assert run_id and stack.flow_run(run_id)["state"]["type"] == "COMPLETED"
+    files = sorted((tmp_plan.parent / "data" / "demo").glob(f"trials/week=*/{run_id}*.parquet"))
+    assert files and sum(pq.read_metadata(f).num_rows for f in files) == 6
+    report = stack.artifacts(run_id, key="recovery-report")
+    assert len(report) == 1 and "| sigkill | managed | 3 |" in report[0]["data"]
+    summary = stack.artifacts(run_id, key="recovery-summary")
+    assert len(summary) == 1 and summary[0]["type"] == "table"
 
 
 def test_prefect_up_again_keeps_processes_and_redeploys_cleanly(stack: PrefectStack) -> None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
+import pytest
+
+import tasks.probes as probes
 from tasks.clock import EventRecorder
 from tasks.plan import load_plan
 from tasks.probes import LogProgressProbe, last_step_before, wait_ready
@@ -19,11 +25,42 @@ def _recorder(tmp_path: Path) -> EventRecorder:
     return EventRecorder(make_run_context(plan, REPO / "plans" / "demo.yaml"))
 
 
-def test_progress_probe_latency_and_partial_lines(tmp_path: Path) -> None:
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux")
+STEP_RE = r"^step=(\d+) "
+
+
+class CountingProbe(LogProgressProbe):
+    """Counts the probe thread's reads of the log (one per wake-up)."""
+
+    polls = 0
+
+    def poll(self) -> None:
+        self.polls += 1
+        super().poll()
+
+
+def _inotify_fds() -> int:
+    """This process's open inotify instances."""
+    fds = Path("/proc/self/fd")
+    n = 0
+    for fd in fds.iterdir():
+        with contextlib.suppress(OSError):  # the fd iterdir itself used, gone by now
+            n += os.readlink(fd) == "anon_inode:inotify"
+    return n
+
+
+def _latency_ms(probe: LogProgressProbe, step: int, written_ns: int) -> float:
+    seen = probe.wait_for(lambda s: s.step == step, timeout=2)
+    assert seen is not None, step
+    return (seen.t_mono_ns - written_ns) / 1e6
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["watch", "poll"])
+def test_progress_probe_latency_and_partial_lines(tmp_path: Path, watch: bool) -> None:
     recorder = _recorder(tmp_path)
     log = tmp_path / "w.log"
     log.write_text("")
-    probe = LogProgressProbe(log, r"^step=(\d+) ", recorder, "t", "managed").start()
+    probe = LogProgressProbe(log, STEP_RE, recorder, "t", "managed", watch=watch).start()
     latencies = []
     try:
         with open(log, "a") as fh:
@@ -43,6 +80,152 @@ def test_progress_probe_latency_and_partial_lines(tmp_path: Path) -> None:
     # Only whole lines count, and only lines the regex anchors on.
     assert [e.detail["step"] for e in recorder.events(event="progress")] == list(range(1, 21))
     assert last_step_before(log, len("noise step=101 \nstep=1 loss=0.5\n"), r"^step=(\d+) ") == 1
+
+
+@linux_only
+def test_probe_watches_local_log_with_inotify(tmp_path: Path) -> None:
+    probe = LogProgressProbe(tmp_path / "w.log", STEP_RE, _recorder(tmp_path), "t", "managed")
+    assert probe.mode == "inotify", probe.mode_reason
+    forced = LogProgressProbe(
+        tmp_path / "w.log", STEP_RE, _recorder(tmp_path), "t", "m", watch=False
+    )
+    assert (forced.mode, forced.mode_reason) == ("poll", "watch=False")
+
+
+@linux_only
+def test_inotify_probe_sleeps_while_log_is_idle(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("step=1 \n")
+    probe = CountingProbe(log, STEP_RE, _recorder(tmp_path), "t", "managed", safety_s=0.25).start()
+    try:
+        assert probe.wait_for(lambda s: s.step == 1, timeout=2)
+        time.sleep(1.0)
+        polls = probe.polls
+        with open(log, "a") as fh:
+            fh.write("step=2 \n")
+        written = time.monotonic_ns()
+        assert _latency_ms(probe, 2, written) < 50
+    finally:
+        probe.stop()
+    assert probe.mode == "inotify"
+    assert polls <= 6, polls  # the first read and a 250 ms safety poll, not 100 10-ms polls
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["watch", "poll"])
+def test_probe_sees_log_created_after_start(tmp_path: Path, watch: bool) -> None:
+    recorder = _recorder(tmp_path)
+    log = tmp_path / "later" / "w.log"  # neither the log nor its directory exist yet
+    probe = LogProgressProbe(log, STEP_RE, recorder, "t", "managed", watch=watch).start()
+    try:
+        time.sleep(0.1)
+        log.parent.mkdir()
+        time.sleep(0.1)  # the probe now watches the directory, not yet the log
+        written = time.monotonic_ns()
+        log.write_text("step=1 \n")
+        first = _latency_ms(probe, 1, written)
+        with open(log, "a") as fh:
+            fh.write("step=2 \n")
+        written = time.monotonic_ns()
+        second = _latency_ms(probe, 2, written)
+    finally:
+        probe.stop()
+    assert probe.mode == ("inotify" if watch and sys.platform.startswith("linux") else "poll")
+    assert first < 50 and second < 50, (first, second)
+    assert [e.detail["step"] for e in recorder.events(event="progress")] == [1, 2]
+
+
+@linux_only
+def test_inotify_probe_follows_a_replaced_log(tmp_path: Path) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("step=1 \n")
+    probe = LogProgressProbe(log, STEP_RE, _recorder(tmp_path), "t", "managed").start()
+    try:
+        assert probe.wait_for(lambda s: s.step == 1, timeout=2)
+        new = tmp_path / "w.log.new"
+        new.write_text("step=1 \nstep=2 \n")
+        written = time.monotonic_ns()
+        os.replace(new, log)  # a new file under the log's name: the old watch is stale
+        replaced = _latency_ms(probe, 2, written)
+        with open(log, "a") as fh:
+            fh.write("step=3 \n")
+        written = time.monotonic_ns()
+        appended = _latency_ms(probe, 3, written)
+    finally:
+        probe.stop()
+    assert probe.mode == "inotify"
+    assert replaced < 50 and appended < 50, (replaced, appended)
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["watch", "poll"])
+def test_stop_returns_promptly_and_closes_inotify(tmp_path: Path, watch: bool) -> None:
+    log = tmp_path / "w.log"
+    log.write_text("")
+    before = _inotify_fds()
+    # A safety poll far longer than the bound: only the wake-up can make stop() prompt.
+    probe = LogProgressProbe(
+        log, STEP_RE, _recorder(tmp_path), "t", "managed", watch=watch, safety_s=30
+    ).start()
+    time.sleep(0.1)  # the thread is asleep
+    during = _inotify_fds()
+    t0 = time.monotonic()
+    probe.stop()
+    took = time.monotonic() - t0
+    assert took < 0.5, took
+    assert probe._thread is not None and not probe._thread.is_alive()
+    assert during == before + (probe.mode == "inotify")
+    assert _inotify_fds() == before
+
+
+def test_network_filesystem_falls_back_to_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mountinfo = tmp_path / "mountinfo"
+    mountinfo.write_text(
+        "27 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n"
+        "50 27 0:50 / /shared\\040data rw,relatime shared:7 - nfs4 srv:/export rw,vers=4.2\n"
+        "51 50 0:51 / /shared\\040data/scratch rw - lustre 10.0.0.1@tcp:/fs rw\n"
+        "52 27 0:52 / /home/u/remote rw - fuse.sshfs u@host: rw\n"
+    )
+    fstype = probes.mount_fstype
+    assert fstype(Path("/shared data/run/w.log"), str(mountinfo)) == "nfs4"
+    assert fstype(Path("/shared data/scratch/x/w.log"), str(mountinfo)) == "lustre"
+    assert fstype(Path("/shared database/w.log"), str(mountinfo)) == "ext4"
+    assert fstype(Path("/home/u/remote/w.log"), str(mountinfo)) == "fuse.sshfs"
+    assert probes.is_network_fs("fuse.sshfs") and probes.is_network_fs("nfs")
+    assert not probes.is_network_fs("ext4") and not probes.is_network_fs("tmpfs")
+
+    monkeypatch.setattr(probes, "mount_fstype", lambda path: "nfs4")
+    recorder = _recorder(tmp_path)
+    log = tmp_path / "w.log"
+    probe = LogProgressProbe(log, STEP_RE, recorder, "t", "managed").start()
+    try:
+        assert probe.mode == "poll" and "nfs4" in probe.mode_reason
+        written = time.monotonic_ns()
+        log.write_text("step=1 \n")
+        assert _latency_ms(probe, 1, written) < 50
+    finally:
+        probe.stop()
+
+
+@linux_only
+def test_probe_polls_when_inotify_cannot_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse() -> None:
+        raise OSError(24, "Too many open files")  # EMFILE: inotify instances used up
+
+    monkeypatch.setattr(probes, "_Inotify", refuse)
+    log = tmp_path / "w.log"
+    probe = LogProgressProbe(log, STEP_RE, _recorder(tmp_path), "t", "managed")
+    assert probe.mode == "inotify"
+    probe.start()
+    try:
+        assert probe.mode == "poll" and "Too many open files" in probe.mode_reason
+        written = time.monotonic_ns()
+        log.write_text("step=1 \n")
+        assert _latency_ms(probe, 1, written) < 50
+    finally:
+        probe.stop()
 
 
 def test_ready_probe_latency(tmp_path: Path) -> None:

@@ -43,8 +43,7 @@ def test_recovery_end_to_end_on_the_demo_plan(cli, write_plan, criu_binary: str)
     assert result["failed"] == 0, result["failures"]
 
     data = Path(plan.data_dir)
-    trials = read_dataset(data, plan.poc, TRIALS)
-    trials = trials[trials["run_id"] == result["run_id"]]
+    trials = read_dataset(TRIALS, data_dir=data, poc=plan.poc, run_id=result["run_id"])
     assert len(trials) == result["trials"] == len(plan.faults) * plan.repeats * 2
     assert (trials["status"] == "ok").all()
     managed = trials[trials["arm"] == "managed"]
@@ -63,8 +62,8 @@ def test_recovery_end_to_end_on_the_demo_plan(cli, write_plan, criu_binary: str)
     # Observation latency of `detected` and `serving_again`: under 50 ms locally.
     assert (trials["detect_latency_ms"] < 50).all() and (trials["serving_latency_ms"] < 50).all()
     # The gates ran and were stored; the summary has both arms of every fault with verdicts.
-    gates = read_dataset(data, plan.poc, GATES)
-    gates = gates[(gates["run_id"] == result["run_id"]) & (gates["gate"] == "recovery")]
+    gates = read_dataset(GATES, data_dir=data, poc=plan.poc, run_id=result["run_id"])
+    gates = gates[gates["gate"] == "recovery"]
     assert len(gates) > 10 and gates["success"].all()
     assert {(s["fault"], s["arm"]) for s in result["summary"]} == {
         (f.kind, arm) for f in plan.faults for arm in ("managed", "unmanaged")

@@ -86,7 +86,7 @@ def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path)
     trials = run.trials
     assert (trials["status"] == "ok").all(), trials[["trial_id", "arm", "reason"]].to_string()
     write_and_gate(run, plan, ctx)  # every comparability gate passes
-    assert len(read_dataset(plan.data_dir, plan.poc, TRIALS)) == 3 * 3 * 2
+    assert len(read_dataset(TRIALS, data_dir=plan.data_dir, poc=plan.poc)) == 3 * 3 * 2
 
     # Each recovery is a new job, linked to the interrupted one; Slurm says how each ended.
     assert (trials["recovery_job_id"].astype(int) > trials["job_id"].astype(int)).all()
@@ -103,22 +103,22 @@ def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path)
     # Every trial's events are complete, the restore's from inside the job included.
     names = {(e.trial_id, e.arm, e.event) for e in run.events}
     for t, a in zip(trials["trial_id"], trials["arm"], strict=True):
-        for event in ("fault_injected", "detected", "started", "serving_again"):
+        for event in ("fault_injected", "detected", "job_started", "serving_again"):
             assert (t, a, event) in names, (t, a, event)
         restored = "restored" if a == "managed" else "workload_started"
         assert (t, a, restored) in names and (t, a, "recovery_submitted") in names
     parts = trials[["detection_s", "scheduling_s", "restore_s", "warmup_s"]].sum(axis=1)
     assert (abs(parts - trials["recovery_s"]) < 1e-6).all()
-    # Accounting links the restore job to the job it recovers.
-    job = trials.iloc[-1]
-    comment = subprocess.run(
-        ["sacct", "-X", "-n", "-P", "-j", job["recovery_job_id"], "-o", "JobName"],
-        env=slurm_env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    assert "ckpt-poc" in comment
+    # Accounting links each recovery job to the job it recovers.
+    for row in trials.itertuples():
+        comment = subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-j", row.recovery_job_id, "-o", "Comment"],
+            env=slurm_env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        assert comment == f"ckpt-poc {row.arm} recovers {row.job_id}"
 
 
 def test_a_node_that_never_comes_back_is_a_failed_trial(slurm_env, tmp_path: Path) -> None:

@@ -1,0 +1,64 @@
+"""Steady-state overhead and the cost of checkpointing: interleaved runs, paired statistics."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.plan_check import ensure_plan_is_valid
+from tasks.checkpoints import summarise_checkpoints
+from tasks.experiments import write_and_gate
+from tasks.overhead import (
+    ensure_overhead_supports,
+    overhead_gate_checks,
+    run_overhead,
+    summarise_overhead,
+)
+from tasks.plan import Plan
+from tasks.report import overhead_markdown
+from tasks.runctx import make_run_context
+
+
+@task(name="time_interleaved_runs", cache_policy=NO_CACHE)
+def time_interleaved_runs(
+    plan: Plan, plan_path: str, pairs: int | None, timeout_s: float
+) -> dict[str, Any]:
+    ensure_overhead_supports(plan)
+    ctx = make_run_context(plan, plan_path)
+    run = run_overhead(plan, ctx, pairs=pairs, timeout_s=timeout_s)
+    files = write_and_gate(
+        run.trials, ctx, "overhead", overhead_gate_checks(run.trials, plan, run.events)
+    )
+    rows = run.trials[run.trials["measure"] == "overhead"]
+    return {
+        "poc": ctx.poc,
+        "run_id": ctx.run_id,
+        "runs": len(rows),
+        "failed": int((rows["status"] == "failed").sum()),
+        "failures": [
+            {"trial_id": r.trial_id, "arm": r.arm, "reason": r.reason}
+            for r in rows[rows["status"] == "failed"].itertuples()
+        ],
+        "threshold_pct": plan.success.overhead_pct.threshold,
+        "variants": summarise_overhead(run.trials, plan),
+        "checkpoints": summarise_checkpoints(run.trials),
+        "trials_files": [str(f) for f in files],
+        "run_dir": str(run.run_dir),
+    }
+
+
+@flow(name="overhead")
+def overhead(plan_path: str, pairs: int | None = None, timeout_s: float = 600) -> dict[str, Any]:
+    """Interleaved A B B A runs of the plan's workload, managed vs unmanaged: steady state,
+    then while checkpointed at the plan's interval; every run a row in `trials`, gated."""
+    plan = ensure_plan_is_valid(plan_path)
+    result = time_interleaved_runs(plan, plan_path, pairs, timeout_s)
+    create_markdown_artifact(
+        key="overhead-report",
+        markdown=overhead_markdown(result),
+        description="Steady-state overhead and the cost of checkpointing (measured)",
+    )
+    return result

@@ -1,0 +1,66 @@
+"""What every experiment does with its rows: write them all, then gate them."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pandas as pd
+
+from tasks.datasets import TRIALS, write_dataset
+from tasks.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
+from tasks.plan import Plan
+from tasks.runctx import RunContext
+
+# What must be equal on both arms of a comparison besides nodes and workload (DESIGN §5.6).
+FINGERPRINT_COLUMNS = (
+    "fp_host",
+    "fp_cpu_model",
+    "fp_cores",
+    "fp_mem_bytes",
+    "fp_kernel",
+    "fp_gpu_model",
+    "fp_driver",
+    "fp_cuda",
+    "fp_versions",
+)
+
+
+def workload_hash(plan: Plan) -> str:
+    """Names the workload exactly: any change to its command, probes or checkpoints shows."""
+    return hashlib.sha256(plan.workload.model_dump_json().encode()).hexdigest()[:16]
+
+
+def arms_differ_only_in_managed(gate: str, rows: pd.DataFrame) -> list[CheckResult]:
+    """One check per column that must hold a single value across both arms' rows."""
+    checks = []
+    for column in ("nodes", "workload_hash", *FINGERPRINT_COLUMNS):
+        distinct = sorted(map(str, rows[column].unique()))
+        checks.append(
+            plain_check(
+                gate,
+                "trials",
+                f"arms_differ_only_in_managed[{column}]",
+                len(distinct) == 1,
+                values=distinct,
+            )
+        )
+    return checks
+
+
+def write_and_gate(
+    trials: pd.DataFrame, ctx: RunContext, gate: str, rule_checks: list[CheckResult]
+) -> list[Path]:
+    """Write every row (failed ones too: a run is recorded whatever its gates say), then run
+    the `trials` schema's suite and the experiment's comparability rules; a failed check
+    raises GateFailed, which blocks the report."""
+    files = write_dataset(
+        trials,
+        TRIALS,
+        data_dir=ctx.data_dir,
+        poc=ctx.poc,
+        run_id=ctx.run_id,
+        metadata=ctx.file_metadata,
+    )
+    record_and_enforce([*validate_dataset(gate, TRIALS, trials), *rule_checks], ctx)
+    return files
