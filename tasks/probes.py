@@ -56,6 +56,7 @@ _FILE_MASK = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_DELETE_SELF | _IN_MOVE_SELF
 _DIR_MASK = (
     _IN_CREATE | _IN_MOVED_TO | _IN_DELETE | _IN_MOVED_FROM | _IN_DELETE_SELF | _IN_MOVE_SELF
 )
+_READ_CHUNK = 1 << 16
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
 
 
@@ -180,7 +181,7 @@ def _choose_mode(log: Path, watch: bool) -> tuple[ProbeMode, str]:
         return "poll", "watch=False"
     if _libc_inotify() is None:
         return "poll", "no inotify on this platform"
-    fstype = mount_fstype(log.parent)
+    fstype = mount_fstype(Path(log).parent)
     if fstype is None:
         return "poll", "filesystem type unknown"
     if is_network_fs(fstype):
@@ -232,6 +233,9 @@ class LogProgressProbe:
         self._dir_wd: int | None = None
         self._file_wd: int | None = None
         self._armed = False  # both watches set (or the log's absence noted by the dir watch)
+        self._log_fd: int | None = None  # the log, open between reads in inotify mode
+        self._reopen = True  # open the log afresh before the next read
+        self._name = os.fsencode(Path(log).name)  # a str log worked before: still does
 
     def start(self) -> LogProgressProbe:
         if self.mode == "inotify":
@@ -267,6 +271,8 @@ class LogProgressProbe:
                 self._run_watched(self._ino, self._wake_fd)
             finally:
                 self._close_fds()
+                with self._read_lock:
+                    self._close_log()
             return
         while not self._stop.is_set():
             self.poll()
@@ -285,16 +291,21 @@ class LogProgressProbe:
             timeout_ms = (self._safety_s if self._armed else self._poll_s) * 1000
             while not self._stop.is_set():
                 if not poller.poll(timeout_ms):
-                    break  # the safety poll
-                if self._stop.is_set() or self._relevant(ino, ino.read()):
+                    with self._read_lock:  # the safety read: also catch a replacement unseen
+                        self._reopen = True
                     break
+                if self._stop.is_set():
+                    break
+                with self._read_lock:  # _reopen is read and cleared under it
+                    if self._relevant(ino.read()):
+                        break
 
     def _arm(self, ino: _Inotify) -> None:
         """Watch the log's directory for the log's name and, if it exists, the log itself."""
         self._armed = False
         if self._dir_wd is None:
             try:
-                self._dir_wd = ino.add_watch(self.log.parent, _DIR_MASK | _IN_ONLYDIR)
+                self._dir_wd = ino.add_watch(Path(self.log).parent, _DIR_MASK | _IN_ONLYDIR)
             except OSError:
                 return
         try:
@@ -308,26 +319,25 @@ class LogProgressProbe:
         self._file_wd = wd
         self._armed = True
 
-    def _relevant(self, ino: _Inotify, events: list[tuple[int, int, bytes]]) -> bool:
+    def _relevant(self, events: list[tuple[int, int, bytes]]) -> bool:
         """Whether ``events`` may mean new bytes in the log; re-arms the watches they moved."""
         relevant = False
-        name = os.fsencode(self.log.name)
-        for wd, mask, ev_name in events:
+        for wd, mask, name in events:
             if mask & _IN_Q_OVERFLOW:
-                relevant, self._armed = True, False
+                relevant, self._armed, self._reopen = True, False, True
             elif wd == self._file_wd:
                 relevant = True
                 if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
                     if mask & _IN_IGNORED:
                         self._file_wd = None  # the kernel dropped it; no rm_watch
-                    self._armed = False
+                    self._armed, self._reopen = False, True
             elif wd == self._dir_wd:
                 if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
-                    relevant, self._armed = True, False
+                    relevant, self._armed, self._reopen = True, False, True
                     if mask & _IN_IGNORED:
                         self._dir_wd = None
-                elif ev_name == name:
-                    relevant, self._armed = True, False  # created, moved in or gone: re-arm
+                elif name == self._name:  # created, moved in or gone: re-arm, reopen
+                    relevant, self._armed, self._reopen = True, False, True
         return relevant
 
     def poll(self) -> None:
@@ -335,13 +345,30 @@ class LogProgressProbe:
         with self._read_lock:
             self._poll()
 
+    def _close_log(self) -> None:
+        if self._log_fd is not None:
+            os.close(self._log_fd)
+            self._log_fd = None
+
     def _poll(self) -> None:
+        fd = self._log_fd
+        if fd is None or self._reopen:
+            self._close_log()
+            try:
+                fd = os.open(self.log, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return
+            # Watched, the fd stays open (an open() per wake-up was half its CPU) until the
+            # watch says the name moved; polled, each read opens the log afresh, as ever.
+            self._log_fd, self._reopen = fd, self.mode != "inotify"
         try:
-            with open(self.log, "rb") as fh:
-                fh.seek(self._read_to)
-                data = fh.read()
-        except FileNotFoundError:
-            return
+            chunks = [os.pread(fd, _READ_CHUNK, self._read_to)]
+            while len(chunks[-1]) == _READ_CHUNK:
+                chunks.append(os.pread(fd, _READ_CHUNK, self._read_to + _READ_CHUNK * len(chunks)))
+        finally:
+            if self._reopen:
+                self._close_log()
+        data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
         if not data:
             return
         t = time.monotonic_ns()

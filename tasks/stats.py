@@ -312,6 +312,16 @@ def compare_paired(
                 else "; the median sits on the threshold"
             )
         )
+    # The exact sign-flip test cannot go below 2 / 2**n: with too few pairs no difference,
+    # however large, can be shown, and an MDE from the normal approximation would mislead.
+    smallest_p = 2.0 / 2**n
+    if smallest_p >= alpha:
+        need_pairs = next(k for k in range(n, 64) if 2.0 / 2**k < alpha)
+        mde = None
+        warnings.append(
+            f"with {n} pairs the paired test cannot reach p < {alpha:g} (its smallest p is "
+            f"{smallest_p:.3g}): at least {need_pairs} pairs are needed to show any difference"
+        )
     width = ci[1] - ci[0]
     if max_ci_width_pct is not None and width > max_ci_width_pct:
         warnings.append(f"CI width {width:.3g} % exceeds max_ci_width_pct {max_ci_width_pct:g} %")

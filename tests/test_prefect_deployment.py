@@ -59,6 +59,8 @@ def test_deployments_match_prefect_yaml(stack: PrefectStack) -> None:
         ("baseline", "flows/baseline.py:baseline"),
         ("side_by_side", "flows/side_by_side.py:side_by_side"),
         ("recovery", "flows/recovery.py:recovery"),
+        ("overhead", "flows/overhead.py:overhead"),
+        ("cold_start", "flows/cold_start.py:cold_start"),
     ]:
         dep = stack.deployment(flow, flow)
         assert dep["entrypoint"] == entrypoint

@@ -49,6 +49,15 @@ def _inotify_fds() -> int:
     return n
 
 
+def _fds_on(path: Path) -> int:
+    """This process's fds open on ``path``."""
+    n = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):
+            n += os.readlink(fd) == str(path)
+    return n
+
+
 def _latency_ms(probe: LogProgressProbe, step: int, written_ns: int) -> float:
     seen = probe.wait_for(lambda s: s.step == step, timeout=2)
     assert seen is not None, step
@@ -166,14 +175,16 @@ def test_stop_returns_promptly_and_closes_inotify(tmp_path: Path, watch: bool) -
         log, STEP_RE, _recorder(tmp_path), "t", "managed", watch=watch, safety_s=30
     ).start()
     time.sleep(0.1)  # the thread is asleep
-    during = _inotify_fds()
+    during, log_fds = _inotify_fds(), _fds_on(log)
     t0 = time.monotonic()
     probe.stop()
     took = time.monotonic() - t0
     assert took < 0.5, took
     assert probe._thread is not None and not probe._thread.is_alive()
     assert during == before + (probe.mode == "inotify")
+    assert log_fds == (probe.mode == "inotify")  # watched, it keeps the log open between reads
     assert _inotify_fds() == before
+    assert _fds_on(log) == 0  # the log is not held open either
 
 
 def test_network_filesystem_falls_back_to_poll(

@@ -1,0 +1,148 @@
+"""Overhead, cold start and checkpoint cost on the demo plan with real CRIU, end to end
+through the CLI (and so through their Prefect flows), then their gates on constructed rows.
+
+The demo workload is cut to 120 steps (about 2.5 s a run) so that three interleaved pairs
+per variant take well under a minute.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tasks.clock import Event
+from tasks.cold_start import cold_start_gate_checks
+from tasks.datasets import EVENTS, GATES, TRIALS, read_dataset
+from tasks.overhead import overhead_gate_checks, pair_order
+from tasks.plan import load_plan
+from tests.conftest import demo_plan_dict
+
+SHORT_RUN = [
+    *demo_plan_dict()["workload"]["command"][:3],
+    "--steps",
+    "120",
+    *demo_plan_dict()["workload"]["command"][5:],
+]
+
+
+@pytest.fixture
+def short_plan(write_plan) -> Path:
+    return write_plan({"workload.command": SHORT_RUN})
+
+
+def _json(done) -> dict:
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.criu
+def test_overhead_on_the_demo_plan(cli, short_plan: Path, criu_binary: str) -> None:
+    result = _json(cli("overhead", str(short_plan), "--json", env={"CKPT_POC_CRIU": criu_binary}))
+    plan = load_plan(short_plan)
+    assert result["failed"] == 0, result["failures"]
+    trials = read_dataset(TRIALS, data_dir=plan.data_dir, poc=plan.poc, run_id=result["run_id"])
+    runs = trials[trials["measure"] == "overhead"]
+    assert len(runs) == 2 * plan.repeats * 2
+    assert runs[["run_s", "steps", "steps_per_s", "pair"]].notna().all().all()
+    assert (runs["steps"] >= 100).all()
+    # Interleaved: the order within each pair alternates, A B then B A.
+    for variant, rows in runs.groupby("variant"):
+        order = rows.sort_values("started_at")[["pair", "arm"]].itertuples(index=False)
+        assert [tuple(o) for o in order] == [
+            (pair, arm) for pair in range(plan.repeats) for arm in pair_order(pair)
+        ], variant
+    for variant in ("steady", "checkpointing"):
+        comparison = result["variants"][variant]["comparison"]
+        assert comparison["n"] == plan.repeats
+        assert comparison["ci_low_pct"] <= comparison["overhead_pct"] <= comparison["ci_high_pct"]
+    assert result["variants"]["steady"]["comparison"]["verdict"] in ("met", "not met", "undecided")
+    assert result["variants"]["checkpointing"]["comparison"]["verdict"] == "not judged"
+    # Every dump is a checkpoint row; all came from the checkpointing variant's managed runs.
+    dumps = trials[trials["measure"] == "checkpoint"]
+    assert len(dumps) > 0 and (dumps["status"] == "ok").all()
+    assert dumps[["dump_s", "freeze_s", "checkpoint_bytes"]].notna().all().all()
+    assert dumps["trial_id"].str.startswith("checkpointing-").all()
+    gates = read_dataset(GATES, data_dir=plan.data_dir, poc=plan.poc, run_id=result["run_id"])
+    assert "no_checkpoint_inside_a_steady_span" in set(gates["expectation"])
+    assert gates["success"].all()
+
+
+@pytest.mark.criu
+def test_cold_start_on_the_demo_plan(cli, short_plan: Path, criu_binary: str) -> None:
+    result = _json(cli("cold-start", str(short_plan), "--json", env={"CKPT_POC_CRIU": criu_binary}))
+    plan = load_plan(short_plan)
+    assert result["failed"] == 0, result["failures"]
+    trials = read_dataset(TRIALS, data_dir=plan.data_dir, poc=plan.poc, run_id=result["run_id"])
+    starts = trials[trials["measure"] == "cold_start"]
+    assert sorted(starts["arm"]) == ["managed"] * plan.repeats + ["unmanaged"] * plan.repeats
+    assert starts["ready_s"].notna().all() and starts["page_cache"].notna().all()
+    restores = starts[starts["arm"] == "managed"]
+    assert (restores["checkpoint_bytes"] > 0).all() and (restores["restore_gbps"] > 0).all()
+    assert (restores["restore_s"] < restores["ready_s"]).all()
+    assert set(starts["clock"]) == {"launch→ready", "restore_start→ready"}
+    speedup = result["speedup"]
+    assert speedup["native"]["n"] == speedup["restore"]["n"] == plan.repeats
+    assert speedup["ci_low"] <= speedup["speedup"] <= speedup["ci_high"]
+    assert speedup["verdict"] in ("met", "not met", "undecided")
+    assert result["restore_throughput"]["gbps"] > 0
+    assert Path(result["plot"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The same ready probe ended both clocks: one `ready` event per start.
+    events = read_dataset(EVENTS, data_dir=plan.data_dir, poc=plan.poc, run_id=result["run_id"])
+    assert (events["event"] == "ready").sum() == 2 * plan.repeats
+
+
+def _event(trial: str, arm: str, name: str, t: int) -> Event:
+    return Event(trial, arm, name, dt.datetime.now(dt.UTC), t, "h", {})
+
+
+def _rows(measure: str, **columns) -> pd.DataFrame:
+    base = {
+        "measure": measure,
+        "status": "ok",
+        "nodes": "local-a",
+        "workload_hash": "w",
+        **{c: "x" for c in TRIALS.column_names if c.startswith("fp_")},
+    }
+    n = len(next(iter(columns.values())))
+    return pd.DataFrame([{**base, **{k: v[i] for k, v in columns.items()}} for i in range(n)])
+
+
+def test_a_checkpoint_inside_a_steady_span_is_refused(write_plan) -> None:
+    plan = load_plan(write_plan())
+    rows = _rows(
+        "overhead",
+        trial_id=[f"steady-{p}" for p in range(3) for _ in range(2)],
+        arm=["unmanaged", "managed"] * 3,
+        variant=["steady"] * 6,
+    )
+    events = [
+        _event(t, a, "progress", ns)
+        for t in rows["trial_id"]
+        for a in ("managed",)
+        for ns in (100, 200)
+    ]
+    events.append(_event("steady-1", "managed", "checkpoint_start", 150))
+    checks = {c.expectation: c for c in overhead_gate_checks(rows, plan, events)}
+    assert not checks["no_checkpoint_inside_a_steady_span"].success
+    assert checks["no_checkpoint_inside_a_steady_span"].observed["runs"] == ["steady-1/managed"]
+    assert checks["repeats[steady,managed]"].success
+
+
+def test_a_restore_without_checkpoint_bytes_is_refused(write_plan) -> None:
+    plan = load_plan(write_plan())
+    rows = _rows(
+        "cold_start",
+        trial_id=[f"cold-{r}" for r in range(3) for _ in range(2)],
+        arm=["unmanaged", "managed"] * 3,
+        checkpoint_bytes=[None, 10, None, None, None, 12],
+    )
+    checks = {c.expectation: c for c in cold_start_gate_checks(rows, plan)}
+    assert not checks["every_restore_has_checkpoint_bytes"].success
+    assert checks["every_restore_has_checkpoint_bytes"].observed["trial_ids"] == ["cold-1"]
+    rows.loc[0, "nodes"] = "local-b"  # two changes at once: refused
+    checks = {c.expectation: c for c in cold_start_gate_checks(rows, plan)}
+    assert not checks["arms_differ_only_in_managed[nodes]"].success
