@@ -269,7 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.perf_counter()
     for i, (pair, mode) in enumerate(order_of(args.pairs), 1):
         print(f"  run {i} pair {pair + 1} {mode} ...", end="", flush=True)
-        run = run_once(mode, wl, work / f"{i:02d}-{mode}.log", ctx, args.steps, poll_s, args.watch)
+        log = work / f"{i:02d}-{mode}.log"
+        run = run_once(mode, wl, log, ctx, args.steps, poll_s, args.watch)
         run["pair"] = pair
         runs.append(run)
         probe_mode = f", probe mode {run['probe_mode']}" if run["probe_mode"] else ""
@@ -317,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"workload: wall time harness/bare {med(wall_ratio):.4f}x, steps/s harness/bare "
-        f"{med(rate_ratio):.4f}x (medians of pairs)"
+        f"{med(rate_ratio):.4f}x, CPU time harness/bare {med(wl_cpu_ratio):.4f}x (medians of "
+        "pairs)"
     )
     stats = compare_paired(
         [b[HARNESS]["wall_s"] for b in by_pair.values()],

@@ -238,7 +238,8 @@ def _print_lines(title: str, lines: list[str], result: dict | None) -> None:
 @app.command()
 def demo() -> None:
     """The embedded default: check plans/demo.yaml, run its baseline over the sample, its
-    workload side by side (managed with CRIU, unmanaged), then recovery from real faults."""
+    workload side by side (managed with CRIU, unmanaged), recovery from real faults,
+    steady-state overhead and cold start."""
     if not os.environ.get(KEY_ENV):
         # The demo has no site secret: a one-off key keeps identities hidden, at the cost of
         # pseudonyms that do not link across runs. Real runs must set the key.
@@ -249,6 +250,8 @@ def demo() -> None:
     _run_baseline(DEMO_PLAN, None, False, False, None, None)
     side_by_side_cmd(DEMO_PLAN)
     recovery(DEMO_PLAN)
+    overhead(DEMO_PLAN)
+    cold_start_cmd(DEMO_PLAN)
 
 
 if __name__ == "__main__":

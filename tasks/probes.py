@@ -196,6 +196,10 @@ class LogProgressProbe:
     with a read every ``safety_s`` anyway) or "poll" (a read every ``poll_s``; forced with
     ``watch=False``); ``mode_reason`` says why. start() falls back to "poll" if it cannot
     get an inotify instance.
+
+    Watched, it wakes (and reads) once per write of the log: a workload printing 50 lines/s
+    costs 50 wake-ups/s. Capping that with a timed read every N ms did not pay here: a timer
+    wake-up cost more CPU than an inotify one (bench/README.md, harness overhead).
     """
 
     def __init__(
@@ -358,9 +362,9 @@ class LogProgressProbe:
                 fd = os.open(self.log, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 return
-            # Watched, the fd stays open (an open() per wake-up was half its CPU) until the
-            # watch says the name moved; polled, each read opens the log afresh, as ever.
-            self._log_fd, self._reopen = fd, self.mode != "inotify"
+            # While watched, the fd stays open (an open() cost more CPU than the rest of a
+            # read) until the watch says the name moved; polled, each read opens afresh.
+            self._log_fd, self._reopen = fd, self._ino is None
         try:
             chunks = [os.pread(fd, _READ_CHUNK, self._read_to)]
             while len(chunks[-1]) == _READ_CHUNK:

@@ -234,7 +234,8 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             resume_step = _held_step(proc.log, point, regex)
             recoverable = _checkpoint_started(rec, trial, point.index)
             row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
-            new = criu.restore(cluster, slot, point)
+            criu.restore(cluster, slot, point)
+            restored = rec.events(trial, arm, "restored")[-1]  # CRIU's restore returned
         else:
             app = plan.workload.app_checkpoint
             arm_ckpt = NoCheckpointer(
@@ -249,7 +250,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             )
             row["recoverable_point"] = kind
             new = arm_ckpt.restart(cluster, slot, argv, tag=trial)
-        restored = rec.record(trial, arm, "restored", pid=new.pid)
+            restored = rec.record(trial, arm, "restored", pid=new.pid)  # the fresh process
         seen = probe.wait_for(lambda s: s.offset > killed_at, setup.timeout_s)
         if seen is None:
             raise TrialFailed("no new progress after recovery")
