@@ -43,7 +43,10 @@ def test_recovery_end_to_end_on_the_demo_plan(cli, write_plan, criu_binary: str)
     assert result["failed"] == 0, result["failures"]
 
     data = Path(plan.data_dir)
-    trials = read_dataset(TRIALS, data_dir=data, poc=plan.poc, run_id=result["run_id"])
+    written = read_dataset(TRIALS, data_dir=data, poc=plan.poc, run_id=result["run_id"])
+    dumps = written[written["measure"] == "checkpoint"]
+    assert len(dumps) > 0 and dumps[["dump_s", "freeze_s", "checkpoint_bytes"]].notna().all().all()
+    trials = written[written["measure"] == "recovery"]
     assert len(trials) == result["trials"] == len(plan.faults) * plan.repeats * 2
     assert (trials["status"] == "ok").all()
     managed = trials[trials["arm"] == "managed"]
