@@ -26,7 +26,8 @@ app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 plan_app = typer.Typer(no_args_is_help=True, help="Check PoC plans.")
 app.add_typer(plan_app, name="plan")
 err = Console(stderr=True)
-out = Console()
+# Piped into a log, rich would wrap tables at 80 columns; a log has room for their width.
+out = Console() if Console().is_terminal else Console(width=160)
 
 DEMO_PLAN = Path(__file__).resolve().parent.parent / "plans" / "demo.yaml"
 PlanArg = Annotated[Path, typer.Argument(help="the PoC plan (YAML)")]

@@ -148,41 +148,28 @@ def recovery_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def recovery_table(result: dict[str, Any]) -> Table:
-    table = Table(
-        title=f"Recovery after real faults — {result['cluster']} (run {result['run_id']})"
-    )
-    columns = (
-        "fault",
-        "arm",
-        "n",
-        "failed",
-        "recovery s median",
-        "p90",
-        "min",
-        "max",
-        "work lost GPU-h median",
-        "steps lost",
-        "managed/unmanaged",
-        "verdict (time / work)",
-    )
-    for col in columns:
+    """Compact enough for an 80-column terminal: medians with [min–max], p90 apart."""
+    table = Table(title=f"Recovery after real faults — {result['cluster']}")
+    for col in ("fault", "arm", "n/failed", "recovery s", "p90", "GPU-h lost", "steps", "m/u"):
         table.add_column(col, justify="left" if col in ("fault", "arm") else "right")
+    table.add_column("verdict")
     for r in recovery_rows(result):
         table.add_row(
             r["fault"],
             r["arm"],
-            str(r["n"]),
-            str(r["failed"]),
-            _num(r["recovery_s_median"]),
-            _num(r["recovery_s_p90"]),
-            _num(r["recovery_s_min"]),
-            _num(r["recovery_s_max"]),
-            _num(r["work_lost_gpu_h_median"], 6),
+            f"{r['n']}/{r['failed']}",
+            f"{_num(r['recovery_s_median'], 2)} \\[{_num(r['recovery_s_min'], 2)}–"
+            f"{_num(r['recovery_s_max'], 2)}]",
+            _num(r["recovery_s_p90"], 2),
+            _num(r["work_lost_gpu_h_median"], 5),
             _num(r["steps_lost_median"], 0),
             _num(r["managed_over_unmanaged"], 2),
-            f"{r['recovery_verdict']} / {r['work_lost_verdict']}" if r["recovery_verdict"] else "",
+            f"{r['recovery_verdict']}/{r['work_lost_verdict']}" if r["recovery_verdict"] else "",
         )
-    table.caption = "; ".join(result["includes"])
+    table.caption = (
+        f"run {result['run_id']}; medians \\[min–max]; m/u: managed/unmanaged median recovery; "
+        "verdict: recovery time/work lost vs the plan. " + "; ".join(result["includes"])
+    )
     return table
 
 
@@ -236,7 +223,7 @@ def overhead_lines(result: dict[str, Any]) -> list[str]:
             f"{_pct(c['overhead_pct'])} (95% CI {_pct(c['ci_low_pct'])} … "
             f"{_pct(c['ci_high_pct'])}), {c['method']} p={c['p_value']:.3g} → "
             f"{c['difference']}; minimum detectable effect "
-            f"{_num(c['mde_pct'], 2)} %"
+            + ("— (too few pairs)" if c["mde_pct"] is None else f"{c['mde_pct']:.2f} %")
         )
         if variant == "steady":
             lines.append(
