@@ -65,6 +65,22 @@ class EventRecorder:
                     fh.write(_event_line(ev) + "\n")
         return ev
 
+    def alias(self, source: Event, event: str, **detail: Any) -> Event:
+        """Record ``source``'s moment again under a clock's name (`started`, `restored`),
+        when another process observed it first (a Slurm job's wrapper)."""
+        ev = Event(
+            source.trial_id,
+            source.arm,
+            event,
+            source.t_wall,
+            source.t_mono_ns,
+            source.host,
+            {**detail, "as_observed_by": source.event},
+        )
+        with self._lock:
+            self._events.append(ev)
+        return ev
+
     def import_jsonl(self, path: Path) -> list[Event]:
         """Take in the events another process appended to ``path`` since the last call."""
         with self._lock:

@@ -412,11 +412,12 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             )
         # `started` is the job's own first moment on the node (its wrapper records it): the
         # squeue poll that saw it RUNNING may come after the restore has begun.
-        started = _wait_job_event(
+        job_started = _wait_job_event(
             rec, events, trial, arm, ("job_started",), fault_ev, setup.timeout_s
         )
-        if started is None:
+        if job_started is None:
             raise TrialFailed(f"recovery job {new_job.job_id} ran but never reported starting")
+        started = rec.alias(job_started, "started", job_id=new_job.job_id)
         names = ("restored", "restore_failed") if arm == "managed" else ("workload_started",)
         restored = _wait_job_event(rec, events, trial, arm, names, fault_ev, setup.timeout_s)
         if restored is None or restored.event == "restore_failed":
@@ -425,6 +426,8 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
                 f"recovery job {new_job.job_id} did not bring the copy back: "
                 + (tail.strip().splitlines()[-1] if tail.strip() else "no restore event")
             )
+        if restored.event == "workload_started":  # the unmanaged copy's fresh process
+            restored = rec.alias(restored, "restored", job_id=new_job.job_id)
         seen = probe.wait_for(lambda s: s.offset > killed_at, setup.timeout_s)
         if seen is None:
             raise TrialFailed("no new progress after recovery")

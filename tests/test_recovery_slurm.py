@@ -106,10 +106,9 @@ def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path)
     # Every trial's events are complete, the restore's from inside the job included.
     names = {(e.trial_id, e.arm, e.event) for e in run.events}
     for t, a in zip(trials["trial_id"], trials["arm"], strict=True):
-        for event in ("fault_injected", "detected", "job_started", "serving_again"):
+        for event in ("fault_injected", "detected", "started", "restored", "serving_again"):
             assert (t, a, event) in names, (t, a, event)
-        restored = "restored" if a == "managed" else "workload_started"
-        assert (t, a, restored) in names and (t, a, "recovery_submitted") in names
+        assert (t, a, "recovery_submitted") in names and (t, a, "job_started") in names
     parts = trials[["detection_s", "scheduling_s", "restore_s", "warmup_s"]].sum(axis=1)
     assert (abs(parts - trials["recovery_s"]) < 1e-6).all()
     # Accounting links each recovery job to the job it recovers.
