@@ -8,7 +8,7 @@ Slurm: `scancel`; the node set DOWN while the job runs (Slurm ends it NODE_FAIL;
 returns to service after the plan's `down_s`); SIGKILL of the job's batch step
 (`scancel --batch --signal=KILL`); the time limit reached (the limit is cut to the next
 whole minute of the job's run time; Slurm ends it TIMEOUT at its next limit check, up to
-about 30 s later, and that lag is part of the measured detection).
+about 30 s later, with a SIGTERM that the job's wrapper records as it lands).
 """
 
 from __future__ import annotations
@@ -60,10 +60,11 @@ def inject_slurm_fault(
         started = cluster.start_time_epoch(job)
         minutes = max(1, math.ceil((time.time() - started + 2) / 60))
         cluster.set_time_limit(job, minutes)
-        # Slurm delivers this fault: it is due when the limit lapses, which is the moment
-        # recorded (the enforcement lag after it counts as detection).
+        # Slurm delivers this fault at its next limit check after the lapse. The job's
+        # wrapper records the SIGTERM when it lands (`signalled`), and the trial takes that
+        # as `fault_injected`; this event marks the lapse, and is the fallback.
         time.sleep(max(0.0, started + minutes * 60 - time.time()))
-        return recorder.record(trial_id, job.arm, "fault_injected", **detail, limit_min=minutes)
+        return recorder.record(trial_id, job.arm, "time_limit_lapsed", **detail, limit_min=minutes)
     event = recorder.record(trial_id, job.arm, "fault_injected", **detail)
     if kind == "scancel":
         cluster.cancel(job)

@@ -322,6 +322,16 @@ def _wait_job_event(
         time.sleep(0.01)
 
 
+def _time_limit_delivery(rec: EventRecorder, events: Path, lapsed: Event) -> Event:
+    """`fault_injected` for a time limit: when Slurm's SIGTERM reached the job (its wrapper
+    recorded it), else the lapse itself (a job killed without SIGTERM)."""
+    rec.import_jsonl(events)
+    landed = [
+        e for e in rec.events(lapsed.trial_id, lapsed.arm, "signalled") if span_s(lapsed, e) >= 0
+    ]
+    return rec.alias(landed[0] if landed else lapsed, "fault_injected", fault="time-limit")
+
+
 def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
     """One trial on Slurm: the copy as a job, a real Slurm fault, a new linked job that
     restores (managed) or resubmits (unmanaged) it; failed with a reason, never raising."""
@@ -362,6 +372,8 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
                 f"{grace:.0f} s after the fault"
             )
         detected = rec.record(trial, arm, "detected", job_id=job.job_id, state=ended.state)
+        if fault.kind == "time-limit":
+            fault_ev = _time_limit_delivery(rec, events, fault_ev)
         # The state changed somewhere between the two polls: that window bounds how late
         # the detection was observed.
         row["detect_latency_ms"] = (ended.t_mono_ns - ended.previous_poll_ns) / 1e6

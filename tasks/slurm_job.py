@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -46,6 +47,15 @@ def run(spec: dict[str, Any]) -> int:
     trial, arm, node = spec["trial_id"], spec["arm"], spec["node"]
     # The job holds its resources from here: the moment `started` marks for recovery.
     recorder.record(trial, arm, "job_started", job_id=os.environ.get("SLURM_JOB_ID"))
+
+    def signalled(signum: int, _frame: object) -> None:
+        # Slurm's SIGTERM (scancel, time limit) reaches the whole job at once: record when
+        # it landed, then die of it as the workload does.
+        recorder.record(trial, arm, "signalled", signal=signal.Signals(signum).name)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, signalled)
     log = Path(spec["log"])
     criu = (
         CriuCheckpointer(Path(spec["ckpt_root"]), int(spec["keep"]), recorder, trial, arm)

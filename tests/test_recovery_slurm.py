@@ -1,4 +1,4 @@
-"""Recovery on a real single-node Slurm with real CRIU: scancel, node-down and kill-step.
+"""Recovery on a real single-node Slurm with real CRIU: all four Slurm faults.
 
 Each copy is a batch job pinned to the plan's node. The managed copy runs under the CRIU
 wrapper (tasks/slurm_job.py) that dumps it every interval into a folder every attempt can
@@ -6,7 +6,7 @@ reach; after the fault a restore job — a new job id, linked to the interrupted
 brings it back. The unmanaged copy is resubmitted, resuming its own checkpoint.
 
 The cluster is this module's own (its folder and ports), stopped before the baseline's.
-About three minutes on two cores.
+About six minutes on two cores (a time limit takes 90 s a trial).
 """
 
 from __future__ import annotations
@@ -121,6 +121,32 @@ def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path)
             check=True,
         ).stdout.strip()
         assert comment == f"ckpt-poc {row.arm} recovers {row.job_id}"
+
+
+def test_a_time_limit_reached_recovers(slurm_env, tmp_path: Path) -> None:
+    """Slurm itself delivers this fault, at its next limit check after the (cut) limit
+    lapses: about 90 s per trial, so one repeat."""
+    plan = slurm_plan(tmp_path, [Fault(kind="time-limit")], 1)
+    command = list(plan.workload.command or [])
+    command[command.index("--steps") + 1] = "6000"  # outlives the one-minute limit
+    plan = plan.model_copy(
+        update={"workload": plan.workload.model_copy(update={"command": command})}
+    )
+    run = run_recovery(
+        plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), timeout_s=60, fault_step=50
+    )
+    trials = run.trials
+    assert (trials["status"] == "ok").all(), trials[["arm", "reason"]].to_string()
+    assert set(trials["fault_outcome"]) == {"TIMEOUT"}
+    # `fault_injected` is when Slurm's SIGTERM landed, after the limit lapsed.
+    for arm in ("unmanaged", "managed"):
+        lapsed = next(e for e in run.events if e.arm == arm and e.event == "time_limit_lapsed")
+        fault = next(e for e in run.events if e.arm == arm and e.event == "fault_injected")
+        assert fault.detail["as_observed_by"] == "signalled"
+        assert fault.t_mono_ns >= lapsed.t_mono_ns
+    assert (trials["work_lost_s"] >= 0).all()
+    lost = trials.set_index("arm")["steps_lost"]
+    assert lost["managed"] < lost["unmanaged"]
 
 
 def test_a_node_that_never_comes_back_is_a_failed_trial(slurm_env, tmp_path: Path) -> None:
