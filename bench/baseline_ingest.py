@@ -41,7 +41,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import code_version  # noqa: E402
+from benchlib import code_version, self_peak_mib  # noqa: E402
 from synth_sacct import cached_dump  # noqa: E402
 
 CACHE = REPO / ".run" / "bench"
@@ -68,10 +68,6 @@ MIB = 1 << 20
 
 
 # --- children ---------------------------------------------------------------------------------
-
-
-def _self_peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
 class _PhaseClock:
@@ -120,7 +116,7 @@ class _PhaseClock:
             if name not in self.order:
                 self.order.append(name)
             self._stack.append(name)
-        hwm = _self_peak_mib()
+        hwm = self_peak_mib()
         t = time.perf_counter()
         try:
             yield
@@ -128,7 +124,7 @@ class _PhaseClock:
             with self._lock:
                 self.seconds[name] += time.perf_counter() - t
                 self.calls[name] += 1
-                self.hwm_raise[name] += _self_peak_mib() - hwm
+                self.hwm_raise[name] += self_peak_mib() - hwm
                 self._stack.remove(name)
 
     def wrap(self, owner: Any, attr: str, name: str) -> None:
@@ -215,7 +211,7 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     ctx = make_run_context(plan, PLAN)
     t_setup = time.perf_counter() - t0 - t_import
 
-    hwm_before = _self_peak_mib()
+    hwm_before = self_peak_mib()
     clock = _PhaseClock()
     # Top-level phases, in the order _run_in_memory / _run_dask call them.
     if use_dask:  # _run_dask iterates acct.parse_sacct_stream itself
@@ -454,7 +450,7 @@ def run_child(args: argparse.Namespace) -> int:
             raise SystemExit(f"unknown contender {args.child}")
     finally:
         shutil.rmtree(workdir / "data", ignore_errors=True)
-    result["peak_rss_mib"] = _self_peak_mib()
+    result["peak_rss_mib"] = self_peak_mib()
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     result["children_peak_rss_mib"] = children
     Path(args.result).write_text(json.dumps(result, default=str))

@@ -43,7 +43,6 @@ import json
 import mmap
 import os
 import platform
-import resource
 import shutil
 import socket
 import statistics
@@ -55,7 +54,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchlib import code_version
+from benchlib import code_version, proc_mib, self_peak_mib
 
 from tasks.checkpointers.criu import Checkpoint, CriuCheckpointer, find_criu
 from tasks.clock import EventRecorder
@@ -88,27 +87,12 @@ class BenchError(RuntimeError):
 # --- small helpers ----------------------------------------------------------------------------
 
 
-def self_peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
-
-
 def rss_mib(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
+    return proc_mib(f"/proc/{pid}/status", "VmRSS")
 
 
 def mem_available_mib() -> float:
-    with open("/proc/meminfo", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
+    return proc_mib("/proc/meminfo", "MemAvailable") or float("nan")
 
 
 def mount_of(path: Path) -> str:

@@ -38,7 +38,6 @@ import datetime as dt
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -46,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchlib import code_version
+from benchlib import code_version, proc_mib, self_peak_mib
 
 from tasks.clock import EventRecorder
 from tasks.plan import load_plan
@@ -90,15 +89,7 @@ class TimedProbe(LogProgressProbe):
 
 
 def self_rss_mib() -> float:
-    with open("/proc/self/status", encoding="ascii") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def self_peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return proc_mib("/proc/self/status", "VmRSS") or float("nan")
 
 
 def order_of(pairs: int) -> list[tuple[int, str]]:
