@@ -11,7 +11,6 @@ from prefect.cache_policies import NO_CACHE
 from flows.plan_check import ensure_plan_is_valid
 from tasks.plan import Plan
 from tasks.recovery import (
-    ensure_recovery_supports,
     run_recovery,
     summarise_recovery,
     write_and_gate,
@@ -24,7 +23,6 @@ from tasks.runctx import make_run_context
 def inject_faults_and_recover(
     plan: Plan, plan_path: str, timeout_s: float, fault_step: int | None
 ) -> dict[str, Any]:
-    ensure_recovery_supports(plan)
     ctx = make_run_context(plan, plan_path)
     run = run_recovery(plan, ctx, fault_step=fault_step, timeout_s=timeout_s)
     files = write_and_gate(run, plan, ctx)

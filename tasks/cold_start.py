@@ -30,10 +30,9 @@ from tasks.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.checkpoints import checkpoint_rows
 from tasks.clock import Event, EventRecorder, span_s
 from tasks.clusters.local import LocalCluster, WorkloadProcess
-from tasks.datasets import TRIALS
 from tasks.engine import copy_argv, run_folder
 from tasks.errors import CkptPocError
-from tasks.experiments import arms_differ_only_in_managed, workload_hash
+from tasks.experiments import arms_differ_only_in_managed, as_trials, workload_hash
 from tasks.gates import CheckResult, plain_check
 from tasks.overhead import ensure_overhead_supports
 from tasks.plan import Plan
@@ -195,13 +194,9 @@ def run_cold_start(
         cluster.stop_all()
         rec.flush()
     events = rec.events()
-    frame = pd.concat(
-        [pd.DataFrame(rows), checkpoint_rows(events, plan, plan.cluster.nodes[0])],
-        ignore_index=True,
+    trials = as_trials(
+        [pd.DataFrame(rows), checkpoint_rows(events, plan, plan.cluster.nodes[0])], ctx
     )
-    for name, value in ctx.stamp().items():
-        frame[name] = value
-    trials = frame.reindex(columns=TRIALS.column_names)
     return ColdStartRun(trials, events, run_folder(ctx), summarise_cold_start(trials, plan))
 
 

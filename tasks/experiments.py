@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from tasks.datasets import TRIALS, write_dataset
+from tasks.errors import CkptPocError
 from tasks.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
 from tasks.plan import Plan
 from tasks.runctx import RunContext
@@ -29,6 +30,22 @@ FINGERPRINT_COLUMNS = (
 def workload_hash(plan: Plan) -> str:
     """Names the workload exactly: any change to its command, probes or checkpoints shows."""
     return hashlib.sha256(plan.workload.model_dump_json().encode()).hexdigest()[:16]
+
+
+def require_command_and_progress(plan: Plan, experiment: str) -> None:
+    """Every experiment starts copies from an argv list and times them by their progress."""
+    if plan.workload.command is None:
+        raise CkptPocError(f"{experiment} needs workload.command (an argv list) for its copies")
+    if plan.workload.progress_probe is None or plan.workload.progress_probe.log_regex is None:
+        raise CkptPocError(f"{experiment} needs workload.progress_probe.log_regex")
+
+
+def as_trials(parts: list[pd.DataFrame], ctx: RunContext) -> pd.DataFrame:
+    """An experiment's rows, stamped with the run, in the `trials` column order."""
+    frame = pd.concat([p for p in parts if not p.empty] or [pd.DataFrame()], ignore_index=True)
+    for name, value in ctx.stamp().items():
+        frame[name] = value
+    return frame.reindex(columns=TRIALS.column_names)
 
 
 def arms_differ_only_in_managed(gate: str, rows: pd.DataFrame) -> list[CheckResult]:

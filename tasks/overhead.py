@@ -29,10 +29,14 @@ from tasks.checkpointers.criu import CriuCheckpointer, CriuError, PeriodicCheckp
 from tasks.checkpoints import checkpoint_rows
 from tasks.clock import Event, EventRecorder
 from tasks.clusters.local import LocalCluster
-from tasks.datasets import TRIALS
 from tasks.engine import copy_argv, run_folder
 from tasks.errors import CkptPocError
-from tasks.experiments import arms_differ_only_in_managed, workload_hash
+from tasks.experiments import (
+    arms_differ_only_in_managed,
+    as_trials,
+    require_command_and_progress,
+    workload_hash,
+)
 from tasks.gates import CheckResult, plain_check
 from tasks.plan import Plan
 from tasks.probes import LogProgressProbe
@@ -66,10 +70,7 @@ def ensure_overhead_supports(plan: Plan) -> None:
             f"overhead and cold start run on cluster.kind 'local' with checkpointer 'criu' "
             f"here; this plan has {plan.cluster.kind!r} with {plan.checkpointer.kind!r}"
         )
-    if plan.workload.command is None:
-        raise CkptPocError("overhead needs workload.command (an argv list)")
-    if plan.workload.progress_probe is None or plan.workload.progress_probe.log_regex is None:
-        raise CkptPocError("overhead needs workload.progress_probe.log_regex to time a run")
+    require_command_and_progress(plan, "overhead and cold start")
 
 
 def timed_run(
@@ -171,13 +172,8 @@ def run_overhead(
         cluster.stop_all()
         rec.flush()
     events = rec.events()
-    frame = pd.concat(
-        [pd.DataFrame(rows), checkpoint_rows(events, plan, plan.cluster.nodes[0])],
-        ignore_index=True,
-    )
-    for name, value in ctx.stamp().items():
-        frame[name] = value
-    return OverheadRun(frame.reindex(columns=TRIALS.column_names), events, run_folder(ctx))
+    dumps = checkpoint_rows(events, plan, plan.cluster.nodes[0])
+    return OverheadRun(as_trials([pd.DataFrame(rows), dumps], ctx), events, run_folder(ctx))
 
 
 def _pairs(rows: pd.DataFrame) -> pd.DataFrame:

@@ -37,10 +37,14 @@ from tasks.checkpoints import checkpoint_rows
 from tasks.clock import Event, EventRecorder, span_s
 from tasks.clusters.local import LocalCluster, WorkloadProcess
 from tasks.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmError
-from tasks.datasets import TRIALS
 from tasks.engine import copy_argv, run_folder
 from tasks.errors import CkptPocError
-from tasks.experiments import arms_differ_only_in_managed, workload_hash
+from tasks.experiments import (
+    arms_differ_only_in_managed,
+    as_trials,
+    require_command_and_progress,
+    workload_hash,
+)
 from tasks.faults import inject_local_fault, inject_slurm_fault
 from tasks.gates import CheckResult, plain_check
 from tasks.plan import Fault, Plan
@@ -77,17 +81,15 @@ class TrialSetup:
 
 @dataclass
 class Moments:
-    """The events one trial's numbers come from."""
+    """The events one trial's numbers come from, up to the copy being back."""
 
     fault: Event
     detected: Event
     started: Event
     restored: Event
-    serving: Event
     recoverable: Event  # when the state recovery resumes from was the workload's
     step_at_fault: int | None
     resume_step: int
-    first_new_step: int | None
 
 
 def _base_row(setup: TrialSetup, fault: str, arm: str, repeat: int, node: str) -> dict[str, Any]:
@@ -108,20 +110,35 @@ def _base_row(setup: TrialSetup, fault: str, arm: str, repeat: int, node: str) -
     }
 
 
-def _measure(row: dict[str, Any], plan: Plan, m: Moments) -> None:
-    """Fill the row's numbers, after checking the copy resumed where its point said."""
-    if m.first_new_step != m.resume_step + 1:
+def _serve_and_measure(
+    row: dict[str, Any],
+    setup: TrialSetup,
+    probe: LogProgressProbe,
+    log: Path,
+    killed_at: int,
+    m: Moments,
+) -> None:
+    """Wait for the first new progress line (`serving_again`), check the copy resumed
+    where its recoverable point said, and fill the row's numbers."""
+    plan, rec = setup.plan, setup.recorder
+    seen = probe.wait_for(lambda s: s.offset > killed_at, setup.timeout_s)
+    if seen is None:
+        raise TrialFailed("no new progress after recovery")
+    serving = rec.record(row["trial_id"], row["arm"], "serving_again", step=seen.step)
+    row["serving_latency_ms"] = (serving.t_mono_ns - seen.t_mono_ns) / 1e6
+    first_new = _first_new_step(log, killed_at, plan.workload.progress_probe.log_regex)
+    if first_new != m.resume_step + 1:
         raise TrialFailed(
-            f"resumed at step {m.first_new_step}, its recoverable point held {m.resume_step}"
+            f"resumed at step {first_new}, its recoverable point held {m.resume_step}"
         )
     lost_s = span_s(m.recoverable, m.fault)
     row.update(
         status="ok",
-        recovery_s=span_s(m.fault, m.serving),
+        recovery_s=span_s(m.fault, serving),
         detection_s=span_s(m.fault, m.detected),
         scheduling_s=span_s(m.detected, m.started),
         restore_s=span_s(m.started, m.restored),
-        warmup_s=span_s(m.restored, m.serving),
+        warmup_s=span_s(m.restored, serving),
         work_lost_s=lost_s,
         work_lost_gpu_h=lost_s * row["gpus"] / 3600,
         steps_lost=(m.step_at_fault or 0) - m.resume_step,
@@ -252,23 +269,10 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             row["recoverable_point"] = kind
             new = arm_ckpt.restart(cluster, slot, argv, tag=trial)
             restored = rec.record(trial, arm, "restored", pid=new.pid)  # the fresh process
-        seen = probe.wait_for(lambda s: s.offset > killed_at, setup.timeout_s)
-        if seen is None:
-            raise TrialFailed("no new progress after recovery")
-        serving = rec.record(trial, arm, "serving_again", step=seen.step)
-        row["serving_latency_ms"] = (serving.t_mono_ns - seen.t_mono_ns) / 1e6
         moments = Moments(
-            fault_ev,
-            detected,
-            started,
-            restored,
-            serving,
-            recoverable,
-            step_at_fault,
-            resume_step,
-            _first_new_step(proc.log, killed_at, regex),
+            fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step
         )
-        _measure(row, plan, moments)
+        _serve_and_measure(row, setup, probe, proc.log, killed_at, moments)
     except (TrialFailed, CriuError, CkptPocError) as exc:
         _fail(row, rec, exc)
     finally:
@@ -443,23 +447,10 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             )
         if restored.event == "workload_started":  # the unmanaged copy's fresh process
             restored = rec.alias(restored, "restored", job_id=new_job.job_id)
-        seen = probe.wait_for(lambda s: s.offset > killed_at, setup.timeout_s)
-        if seen is None:
-            raise TrialFailed("no new progress after recovery")
-        serving = rec.record(trial, arm, "serving_again", step=seen.step)
-        row["serving_latency_ms"] = (serving.t_mono_ns - seen.t_mono_ns) / 1e6
         moments = Moments(
-            fault_ev,
-            detected,
-            started,
-            restored,
-            serving,
-            recoverable,
-            step_at_fault,
-            resume_step,
-            _first_new_step(log, killed_at, regex),
+            fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step
         )
-        _measure(row, plan, moments)
+        _serve_and_measure(row, setup, probe, log, killed_at, moments)
     except (TrialFailed, CriuError, SlurmError, CkptPocError) as exc:
         _fail(row, rec, exc)
     finally:
@@ -490,10 +481,7 @@ def ensure_recovery_supports(plan: Plan) -> None:
             f"recovery runs on cluster.kind 'local' or 'slurm' with checkpointer 'criu' here; "
             f"this plan has {plan.cluster.kind!r} with {plan.checkpointer.kind!r}"
         )
-    if plan.workload.command is None:
-        raise CkptPocError("recovery needs workload.command (an argv list) for its copies")
-    if plan.workload.progress_probe is None or plan.workload.progress_probe.log_regex is None:
-        raise CkptPocError("recovery needs workload.progress_probe.log_regex")
+    require_command_and_progress(plan, "recovery")
 
 
 def make_cluster(plan: Plan, ctx: RunContext) -> LocalCluster | SlurmCluster:
@@ -542,22 +530,16 @@ def run_recovery(
     finally:
         setup.cluster.stop_all()
         setup.recorder.flush()
-    frame = pd.DataFrame(rows)
-    for name, value in ctx.stamp().items():
-        frame[name] = value
     return RecoveryRun(
-        frame.reindex(columns=TRIALS.column_names), setup.recorder.events(), run_folder(ctx)
+        as_trials([pd.DataFrame(rows)], ctx), setup.recorder.events(), run_folder(ctx)
     )
 
 
 def write_and_gate(run: RecoveryRun, plan: Plan, ctx: RunContext) -> list[Path]:
     """Write every trial and its checkpoints' rows, then gate the recovery trials."""
-    node = plan.cluster.nodes[0]
-    trials = pd.concat([run.trials, checkpoint_rows(run.events, plan, node)], ignore_index=True)
-    for name, value in ctx.stamp().items():
-        trials[name] = value
+    dumps = checkpoint_rows(run.events, plan, plan.cluster.nodes[0])
     return experiments.write_and_gate(
-        trials.reindex(columns=TRIALS.column_names),
+        as_trials([run.trials, dumps], ctx),
         ctx,
         GATE,
         recovery_gate_checks(run.trials, plan, run.events),
