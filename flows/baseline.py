@@ -6,6 +6,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.baseline import BaselineResult, run_baseline
 from tasks.plan import Plan
@@ -33,8 +34,9 @@ def measure_exposure(
     )
 
 
-@task(name="publish_exposure", cache_policy=NO_CACHE)
 def publish_exposure(result: BaselineResult) -> None:
+    """Called from the flow body, so the artifacts hang off the flow run (a task's would
+    hang off its task run and the flow run's Artifacts tab would be empty)."""
     create_table_artifact(
         key="baseline-exposure",
         table=exposure_rows(result),
@@ -47,7 +49,7 @@ def publish_exposure(result: BaselineResult) -> None:
     )
 
 
-@flow(name="baseline")
+@flow(name="baseline", flow_run_name=run_name("baseline"))
 def baseline(
     plan_path: str,
     sacct_file: str | None = None,

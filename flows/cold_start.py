@@ -8,6 +8,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.common import failure_reported_as, log_failures, run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.checkpoints import summarise_checkpoints
 from tasks.cold_start import cold_start_gate_checks, plot_restore_throughput, run_cold_start
@@ -23,6 +24,7 @@ def time_native_and_restored_starts(
 ) -> dict[str, Any]:
     ctx = make_run_context(plan, plan_path)
     run = run_cold_start(plan, ctx, repeats=repeats, timeout_s=timeout_s)
+    log_failures(run.failures, "start")
     files = write_and_gate(run.trials, ctx, "cold_start", cold_start_gate_checks(run.trials, plan))
     plot = plot_restore_throughput(run.trials, run.summary, run.run_dir / "restore-throughput.png")
     rows = run.trials[run.trials["measure"] == "cold_start"]
@@ -31,10 +33,7 @@ def time_native_and_restored_starts(
         "run_id": ctx.run_id,
         "starts": len(rows),
         "failed": int((rows["status"] == "failed").sum()),
-        "failures": [
-            {"trial_id": r.trial_id, "arm": r.arm, "reason": r.reason}
-            for r in rows[rows["status"] == "failed"].itertuples()
-        ],
+        "failures": run.failures,
         "threshold": plan.success.cold_start_speedup.threshold,
         **run.summary,
         "restores": [
@@ -54,14 +53,15 @@ def time_native_and_restored_starts(
     }
 
 
-@flow(name="cold_start")
+@flow(name="cold_start", flow_run_name=run_name("cold start"))
 def cold_start(
     plan_path: str, repeats: int | None = None, timeout_s: float = 120
 ) -> dict[str, Any]:
     """Native launch → ready against CRIU restore → ready of the same initialised copy;
     every start a row in `trials`, gated; the speed-up with its CI, and restore GB/s."""
     plan = ensure_plan_is_valid(plan_path)
-    result = time_native_and_restored_starts(plan, plan_path, repeats, timeout_s)
+    with failure_reported_as("cold-start-report", "Cold start"):
+        result = time_native_and_restored_starts(plan, plan_path, repeats, timeout_s)
     create_markdown_artifact(
         key="cold-start-report",
         markdown=cold_start_markdown(result),

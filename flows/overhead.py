@@ -8,6 +8,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.common import failure_reported_as, log_failures, run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.checkpoints import summarise_checkpoints
 from tasks.experiments import write_and_gate
@@ -27,6 +28,7 @@ def time_interleaved_runs(
 ) -> dict[str, Any]:
     ctx = make_run_context(plan, plan_path)
     run = run_overhead(plan, ctx, pairs=pairs, timeout_s=timeout_s)
+    log_failures(run.failures, "run")
     files = write_and_gate(
         run.trials, ctx, "overhead", overhead_gate_checks(run.trials, plan, run.events)
     )
@@ -36,10 +38,7 @@ def time_interleaved_runs(
         "run_id": ctx.run_id,
         "runs": len(rows),
         "failed": int((rows["status"] == "failed").sum()),
-        "failures": [
-            {"trial_id": r.trial_id, "arm": r.arm, "reason": r.reason}
-            for r in rows[rows["status"] == "failed"].itertuples()
-        ],
+        "failures": run.failures,
         "threshold_pct": plan.success.overhead_pct.threshold,
         "variants": summarise_overhead(run.trials, plan),
         "checkpoints": summarise_checkpoints(run.trials),
@@ -48,12 +47,13 @@ def time_interleaved_runs(
     }
 
 
-@flow(name="overhead")
+@flow(name="overhead", flow_run_name=run_name("overhead"))
 def overhead(plan_path: str, pairs: int | None = None, timeout_s: float = 600) -> dict[str, Any]:
     """Interleaved A B B A runs of the plan's workload, managed vs unmanaged: steady state,
     then while checkpointed at the plan's interval; every run a row in `trials`, gated."""
     plan = ensure_plan_is_valid(plan_path)
-    result = time_interleaved_runs(plan, plan_path, pairs, timeout_s)
+    with failure_reported_as("overhead-report", "Steady-state overhead"):
+        result = time_interleaved_runs(plan, plan_path, pairs, timeout_s)
     create_markdown_artifact(
         key="overhead-report",
         markdown=overhead_markdown(result),

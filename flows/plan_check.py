@@ -5,6 +5,7 @@ from __future__ import annotations
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
+from flows.common import run_name
 from tasks.plan import Plan, load_plan
 
 
@@ -13,7 +14,7 @@ def ensure_plan_is_valid(plan_path: str) -> Plan:
     return load_plan(plan_path)
 
 
-@flow(name="plan_check", log_prints=True)
+@flow(name="plan_check", flow_run_name=run_name("plan check"), log_prints=True)
 def plan_check(plan_path: str) -> dict[str, str]:
     """Validate a PoC plan; fails listing every problem with its field path and YAML line."""
     plan = ensure_plan_is_valid(plan_path)

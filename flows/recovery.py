@@ -8,6 +8,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.common import failure_reported_as, log_failures, run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.plan import Plan
 from tasks.recovery import (
@@ -25,6 +26,7 @@ def inject_faults_and_recover(
 ) -> dict[str, Any]:
     ctx = make_run_context(plan, plan_path)
     run = run_recovery(plan, ctx, fault_step=fault_step, timeout_s=timeout_s)
+    log_failures(run.failures, "trial")
     files = write_and_gate(run, plan, ctx)
     trials = run.trials
     return {
@@ -33,10 +35,7 @@ def inject_faults_and_recover(
         "cluster": plan.cluster.kind,
         "trials": len(trials),
         "failed": int((trials["status"] == "failed").sum()),
-        "failures": [
-            {"trial_id": r.trial_id, "arm": r.arm, "reason": r.reason}
-            for r in trials[trials["status"] == "failed"].itertuples()
-        ],
+        "failures": run.failures,
         "includes": sorted(trials["includes"].dropna().unique()),
         "summary": summarise_recovery(trials, plan),
         "trials_files": [str(f) for f in files],
@@ -44,14 +43,15 @@ def inject_faults_and_recover(
     }
 
 
-@flow(name="recovery")
+@flow(name="recovery", flow_run_name=run_name("recovery"))
 def recovery(
     plan_path: str, timeout_s: float = 120, fault_step: int | None = None
 ) -> dict[str, Any]:
     """Each of the plan's faults, `repeats` times, on the unmanaged then the managed copy:
     recovery time and work lost per trial in `trials`, gated, then summarised per fault."""
     plan = ensure_plan_is_valid(plan_path)
-    result = inject_faults_and_recover(plan, plan_path, timeout_s, fault_step)
+    with failure_reported_as("recovery-report", "Recovery after real faults"):
+        result = inject_faults_and_recover(plan, plan_path, timeout_s, fault_step)
     create_table_artifact(
         key="recovery-summary",
         table=recovery_rows(result),

@@ -8,6 +8,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
+from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.engine import ensure_engine_supports, run_side_by_side
 from tasks.plan import Plan
@@ -20,7 +21,7 @@ def run_managed_and_unmanaged(plan: Plan, plan_path: str, timeout_s: float) -> d
     return run_side_by_side(plan, make_run_context(plan, plan_path), timeout_s=timeout_s).summary()
 
 
-@flow(name="side_by_side")
+@flow(name="side_by_side", flow_run_name=run_name("side by side"))
 def side_by_side(plan_path: str, timeout_s: float = 300) -> dict[str, Any]:
     """Both copies of the plan's workload, CRIU checkpoints on the managed one, every event
     in the `events` dataset."""

@@ -32,10 +32,17 @@ from tasks.clock import Event, EventRecorder, span_s
 from tasks.clusters.local import LocalCluster, WorkloadProcess
 from tasks.engine import copy_argv, run_folder
 from tasks.errors import CkptPocError
-from tasks.experiments import arms_differ_only_in_managed, as_trials, workload_hash
+from tasks.experiments import (
+    LOG_TAIL,
+    arms_differ_only_in_managed,
+    as_trials,
+    failures_of,
+    workload_hash,
+)
 from tasks.gates import CheckResult, plain_check
 from tasks.overhead import ensure_overhead_supports
 from tasks.plan import Plan
+from tasks.preflight import log_tail, preflight_local
 from tasks.probes import LogProgressProbe, wait_ready
 from tasks.runctx import RunContext
 from tasks.stats import compare_speedup, fit_throughput
@@ -55,6 +62,7 @@ class ColdStartRun:
     events: list[Event]
     run_dir: Path
     summary: dict[str, Any]
+    failures: list[dict[str, Any]]  # failed starts with the tail of the workload's log
 
 
 def drop_page_cache() -> str:
@@ -164,9 +172,10 @@ def cold_start_pair(
         )
     except (StartFailed, CriuError, CkptPocError) as exc:
         reason = str(exc).splitlines()[0][:500]
+        tail = log_tail(cluster.log_path(slot, "unmanaged", trial))  # the restore writes on in it
         for row in (native, restore):
             if row is not None and row.get("status") != "ok":
-                row.update(status="failed", reason=reason)
+                row.update(status="failed", reason=reason, **{LOG_TAIL: tail})
         rec.record(trial, "managed" if restore else "unmanaged", "start_failed", reason=reason)
     finally:
         for probe in probes:
@@ -188,6 +197,7 @@ def run_cold_start(
     rec = EventRecorder(ctx)
     rows: list[dict[str, Any]] = []
     try:
+        preflight_local(plan, ctx, cluster)
         for repeat in range(repeats or plan.repeats):
             rows += cold_start_pair(plan, ctx, cluster, rec, repeat, timeout_s, drop_caches)
     finally:
@@ -197,7 +207,9 @@ def run_cold_start(
     trials = as_trials(
         [pd.DataFrame(rows), checkpoint_rows(events, plan, plan.cluster.nodes[0])], ctx
     )
-    return ColdStartRun(trials, events, run_folder(ctx), summarise_cold_start(trials, plan))
+    return ColdStartRun(
+        trials, events, run_folder(ctx), summarise_cold_start(trials, plan), failures_of(rows)
+    )
 
 
 def summarise_cold_start(trials: pd.DataFrame, plan: Plan) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -40,6 +41,20 @@ def require_command_and_progress(plan: Plan, experiment: str) -> None:
         raise CkptPocError(f"{experiment} needs workload.progress_probe.log_regex")
 
 
+# A failed row's dict may carry the tail of its workload's log under this key: for the flow
+# run's logs and the report, never a `trials` column (as_trials drops it).
+LOG_TAIL = "log_tail"
+
+
+def failures_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each failed row's trial, arm, reason and workload log tail (for logs and reports)."""
+    return [
+        {k: r.get(k) for k in ("trial_id", "arm", "reason", LOG_TAIL)}
+        for r in rows
+        if r.get("status") == "failed"
+    ]
+
+
 def as_trials(parts: list[pd.DataFrame], ctx: RunContext) -> pd.DataFrame:
     """An experiment's rows, stamped with the run, in the `trials` column order."""
     frame = pd.concat([p for p in parts if not p.empty] or [pd.DataFrame()], ignore_index=True)
@@ -65,13 +80,9 @@ def arms_differ_only_in_managed(gate: str, rows: pd.DataFrame) -> list[CheckResu
     return checks
 
 
-def write_and_gate(
-    trials: pd.DataFrame, ctx: RunContext, gate: str, rule_checks: list[CheckResult]
-) -> list[Path]:
-    """Write every row (failed ones too: a run is recorded whatever its gates say), then run
-    the `trials` schema's suite and the experiment's comparability rules; a failed check
-    raises GateFailed, which blocks the report."""
-    files = write_dataset(
+def write_trials(trials: pd.DataFrame, ctx: RunContext) -> list[Path]:
+    """Write an experiment's rows to `trials` (every row, failed ones too)."""
+    return write_dataset(
         trials,
         TRIALS,
         data_dir=ctx.data_dir,
@@ -79,5 +90,14 @@ def write_and_gate(
         run_id=ctx.run_id,
         metadata=ctx.file_metadata,
     )
+
+
+def write_and_gate(
+    trials: pd.DataFrame, ctx: RunContext, gate: str, rule_checks: list[CheckResult]
+) -> list[Path]:
+    """Write every row (failed ones too: a run is recorded whatever its gates say), then run
+    the `trials` schema's suite and the experiment's comparability rules; a failed check
+    raises GateFailed, which blocks the report."""
+    files = write_trials(trials, ctx)
     record_and_enforce([*validate_dataset(gate, TRIALS, trials), *rule_checks], ctx)
     return files

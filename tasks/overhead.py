@@ -32,13 +32,16 @@ from tasks.clusters.local import LocalCluster
 from tasks.engine import copy_argv, run_folder
 from tasks.errors import CkptPocError
 from tasks.experiments import (
+    LOG_TAIL,
     arms_differ_only_in_managed,
     as_trials,
+    failures_of,
     require_command_and_progress,
     workload_hash,
 )
 from tasks.gates import CheckResult, plain_check
 from tasks.plan import Plan
+from tasks.preflight import log_tail, preflight_local
 from tasks.probes import LogProgressProbe
 from tasks.runctx import RunContext
 from tasks.stats import compare_paired
@@ -57,6 +60,7 @@ class OverheadRun:
     trials: pd.DataFrame  # overhead rows, then one checkpoint row per dump
     events: list[Event]
     run_dir: Path
+    failures: list[dict[str, Any]]  # failed runs with the tail of the workload's log
 
 
 def pair_order(pair: int) -> tuple[str, str]:
@@ -140,6 +144,7 @@ def timed_run(
             row["reason"] = f"{len(periodic.errors)} dump(s) failed: {periodic.errors[0]}"[:500]
     except (RunFailed, CriuError, CkptPocError) as exc:
         row.update(status="failed", reason=str(exc).splitlines()[0][:500])
+        row[LOG_TAIL] = log_tail(cluster.log_path(slot, arm, trial))
         rec.record(trial, arm, "run_failed", reason=row["reason"])
     finally:
         if periodic:
@@ -164,6 +169,7 @@ def run_overhead(
     rec = EventRecorder(ctx)
     rows = []
     try:
+        preflight_local(plan, ctx, cluster)
         for variant in variants:
             for pair in range(pairs or plan.repeats):
                 for arm in pair_order(pair):
@@ -173,7 +179,8 @@ def run_overhead(
         rec.flush()
     events = rec.events()
     dumps = checkpoint_rows(events, plan, plan.cluster.nodes[0])
-    return OverheadRun(as_trials([pd.DataFrame(rows), dumps], ctx), events, run_folder(ctx))
+    trials = as_trials([pd.DataFrame(rows), dumps], ctx)
+    return OverheadRun(trials, events, run_folder(ctx), failures_of(rows))
 
 
 def _pairs(rows: pd.DataFrame) -> pd.DataFrame:

@@ -40,14 +40,23 @@ from tasks.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmError
 from tasks.engine import copy_argv, run_folder
 from tasks.errors import CkptPocError
 from tasks.experiments import (
+    LOG_TAIL,
     arms_differ_only_in_managed,
     as_trials,
+    failures_of,
     require_command_and_progress,
     workload_hash,
 )
 from tasks.faults import inject_local_fault, inject_slurm_fault
 from tasks.gates import CheckResult, plain_check
 from tasks.plan import Fault, Plan
+from tasks.preflight import (
+    PREFLIGHT_TIMEOUT_S,
+    PreflightResult,
+    await_first_sign,
+    log_tail,
+    preflight_local,
+)
 from tasks.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
 from tasks.runctx import RunContext
 
@@ -61,11 +70,16 @@ INCLUDES = {
     ),
 }
 ARMS_IN_ORDER = ("unmanaged", "managed")  # the unmanaged copy is faulted first
+FAULT_DELIVERED = "fault_delivered"  # on a failed row's dict, never a `trials` column
 TIME_LIMIT_CHECK_S = 60  # slurmctld's limit check runs about every 30 s; twice that
 
 
 class TrialFailed(CkptPocError):
     """A trial that cannot give a number; its row says why."""
+
+
+class RecoveryStopped(CkptPocError):
+    """The run stopped early: its first trials all failed the same way before any fault."""
 
 
 @dataclass
@@ -145,9 +159,32 @@ def _serve_and_measure(
     )
 
 
-def _fail(row: dict[str, Any], rec: EventRecorder, exc: Exception) -> None:
+def _fail(row: dict[str, Any], rec: EventRecorder, exc: Exception, log: Path) -> None:
+    """Mark the row failed with its reason; keep the workload log's tail beside it (for the
+    flow run's logs and the report, not the dataset) and whether the fault was delivered."""
     row.update(status="failed", reason=str(exc).splitlines()[0][:500])
+    row[LOG_TAIL] = log_tail(log)
+    row[FAULT_DELIVERED] = bool(rec.events(row["trial_id"], row["arm"], "fault_injected"))
     rec.record(row["trial_id"], row["arm"], "trial_failed", reason=row["reason"])
+
+
+def _wait_for_step(
+    probe: LogProgressProbe, alive: Callable[[], bool], step: int, timeout: float
+) -> None:
+    """Wait until the copy logs ``step``; fail as soon as it exits without reaching it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe.wait_for(lambda s: s.step >= step, 0.1):
+            return
+        if not alive():
+            if probe.wait_for(lambda s: s.step >= step, 0.3):  # lines written before the end
+                return
+            last = probe.last
+            raise TrialFailed(
+                f"the copy exited at step {last.step if last else 'none'} before reaching "
+                f"step {step}"
+            )
+    raise TrialFailed(f"the copy never reached step {step} within {timeout:.0f} s")
 
 
 def _app_checkpoint(plan: Plan, copy_dir: Path) -> Path | None:
@@ -228,8 +265,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
                 copy_dir / "criu", plan.checkpointer.keep, rec, trial, timeout_s=setup.timeout_s
             )
             periodic = PeriodicCheckpoints(criu, proc, plan.checkpointer.interval_s).start()
-        if not probe.wait_for(lambda s: s.step >= setup.fault_step, setup.timeout_s):
-            raise TrialFailed(f"the copy never reached step {setup.fault_step}")
+        _wait_for_step(probe, proc.alive, setup.fault_step, setup.timeout_s)
         if periodic:
             periodic.stop()  # no dump in flight when the fault lands
         fault_ev = inject_local_fault(cluster, proc, fault.kind, rec, trial)
@@ -274,7 +310,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         )
         _serve_and_measure(row, setup, probe, proc.log, killed_at, moments)
     except (TrialFailed, CriuError, CkptPocError) as exc:
-        _fail(row, rec, exc)
+        _fail(row, rec, exc, cluster.log_path(slot, arm, trial))
     finally:
         if periodic:
             periodic.stop()
@@ -452,7 +488,7 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         )
         _serve_and_measure(row, setup, probe, log, killed_at, moments)
     except (TrialFailed, CriuError, SlurmError, CkptPocError) as exc:
-        _fail(row, rec, exc)
+        _fail(row, rec, exc, log)
     finally:
         if probe:
             probe.stop()
@@ -497,6 +533,53 @@ class RecoveryRun:
     trials: pd.DataFrame  # one row per trial, in the `trials` schema
     events: list[Event]  # every event of the run (already written to `events`)
     run_dir: Path
+    failures: list[dict[str, Any]]  # trial_id, arm, reason, log_tail of each failed trial
+    stopped: str | None = None  # why the run stopped before its last trial
+
+
+def stop_reason(rows: list[dict[str, Any]], fault: str) -> str | None:
+    """Why to stop the run: the first trials of ``fault`` (one per arm) all failed for the
+    same reason before any fault was injected — every further trial would fail the same way."""
+    first = [r for r in rows if r["fault"] == fault][: len(ARMS_IN_ORDER)]
+    if len(first) < len(ARMS_IN_ORDER):
+        return None
+    if any(r.get("status") != "failed" or r.get(FAULT_DELIVERED) for r in first):
+        return None
+    reasons = {r["reason"] for r in first}
+    if len(reasons) != 1:
+        return None
+    tail = first[-1].get(LOG_TAIL) or "(the log is empty)"
+    return (
+        f"stopped after {len(rows)} trial(s): the first trials of {fault!r} on both arms "
+        f"failed before any fault was injected, for the same reason: {reasons.pop()}. "
+        f"Last lines of the workload's log:\n{tail}"
+    )
+
+
+def preflight(setup: TrialSetup, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> PreflightResult:
+    """Start the workload once on the plan's first node and see it work (tasks/preflight)."""
+    cluster = setup.cluster
+    if isinstance(cluster, LocalCluster):
+        return preflight_local(setup.plan, setup.ctx, cluster, timeout_s)
+    plan, node = setup.plan, setup.plan.cluster.nodes[0]
+    copy_dir = run_folder(setup.ctx) / "preflight"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    log = copy_dir / "workload.log"
+    argv = copy_argv(plan.workload.command or [], copy_dir)
+    spec = _job_spec(setup, "preflight", "unmanaged", copy_dir, log, mode="run", argv=argv)
+    job = cluster.submit(node, "preflight", spec, name="preflight", log=log, gpus=0)
+    try:
+        return await_first_sign(
+            plan,
+            log,
+            lambda: cluster.observe(job)[0] in ACTIVE_STATES,
+            # A Slurm copy may wait in the queue first: the trial timeout covers that.
+            max(timeout_s, setup.timeout_s),
+            f"job {job.job_id}: {' '.join(argv)}",
+            slice_s=0.5,
+        )
+    finally:
+        cluster.stop_all()
 
 
 def run_recovery(
@@ -521,25 +604,40 @@ def run_recovery(
         fault_timeout_s,
     )
     runner = TRIAL_RUNNERS[plan.cluster.kind]
-    rows = []
+    rows: list[dict[str, Any]] = []
+    stopped = None
     try:
+        preflight(setup)
         for fault in plan.faults:
             for repeat in range(plan.repeats):
                 for arm in ARMS_IN_ORDER:
                     rows.append(runner(setup, fault, arm, repeat))
+                stopped = stop_reason(rows, fault.kind)
+                if stopped:
+                    break
+            if stopped:
+                break
     finally:
         setup.cluster.stop_all()
         setup.recorder.flush()
     return RecoveryRun(
-        as_trials([pd.DataFrame(rows)], ctx), setup.recorder.events(), run_folder(ctx)
+        as_trials([pd.DataFrame(rows)], ctx),
+        setup.recorder.events(),
+        run_folder(ctx),
+        failures_of(rows),
+        stopped,
     )
 
 
 def write_and_gate(run: RecoveryRun, plan: Plan, ctx: RunContext) -> list[Path]:
     """Write every trial and its checkpoints' rows, then gate the recovery trials."""
     dumps = checkpoint_rows(run.events, plan, plan.cluster.nodes[0])
+    trials = as_trials([run.trials, dumps], ctx)
+    if run.stopped:
+        experiments.write_trials(trials, ctx)  # the run is recorded, then refused
+        raise RecoveryStopped(run.stopped)
     return experiments.write_and_gate(
-        as_trials([run.trials, dumps], ctx),
+        trials,
         ctx,
         GATE,
         recovery_gate_checks(run.trials, plan, run.events),
@@ -605,8 +703,8 @@ def summarise_recovery(trials: pd.DataFrame, plan: Plan) -> list[dict[str, Any]]
             if arm == "managed":
                 rt = _statistic(rows["recovery_s"], crit_rt.statistic)
                 wl = _statistic(rows["work_lost_gpu_h"], crit_wl.statistic)
-                entry["recovery_time_verdict"] = _verdict(rt, crit_rt.threshold)
-                entry["work_lost_verdict"] = _verdict(wl, crit_wl.threshold)
+                entry["recovery_time_verdict"] = _verdict(rt, crit_rt.threshold, crit_rt.statistic)
+                entry["work_lost_verdict"] = _verdict(wl, crit_wl.threshold, crit_wl.statistic)
             out.append(entry)
         ratio = (
             medians["managed"] / medians["unmanaged"]
@@ -618,14 +716,9 @@ def summarise_recovery(trials: pd.DataFrame, plan: Plan) -> list[dict[str, Any]]
     return out
 
 
-def _verdict(value: float | None, threshold: float) -> dict[str, Any]:
-    if value is None:
-        return {"value": None, "threshold": threshold, "verdict": "undecided"}
-    return {
-        "value": value,
-        "threshold": threshold,
-        "verdict": "met" if value <= threshold else "not met",
-    }
+def _verdict(value: float | None, threshold: float, statistic: str) -> dict[str, Any]:
+    verdict = "undecided" if value is None else "met" if value <= threshold else "not met"
+    return {"value": value, "threshold": threshold, "statistic": statistic, "verdict": verdict}
 
 
 def recovery_gate_checks(

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import math
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -111,37 +114,105 @@ def baseline_markdown(result: BaselineResult) -> str:
     return "\n".join(lines)
 
 
-# --- recovery ---------------------------------------------------------------------------------
+# --- verdicts ---------------------------------------------------------------------------------
+
+
+def verdict_line(
+    criterion: str,
+    statistic: str,
+    value: str,
+    threshold: str,
+    verdict: str,
+    *,
+    at_most: bool = True,
+    detail: str = "",
+) -> str:
+    """One criterion as a sentence: "recovery time median 0.090 s ≤ 30 s: met"."""
+    if verdict == "met":
+        op = "≤" if at_most else "≥"
+    elif verdict == "not met" and not detail:
+        op = ">" if at_most else "<"
+    else:  # undecided, or decided by a CI the detail explains
+        op = "vs " + ("≤" if at_most else "≥")
+    extra = f" ({detail})" if detail else ""
+    return f"{criterion} {statistic} {value}{extra} {op} {threshold}: {verdict}"
+
+
+def _seconds(value: float | None, resolution_s: float) -> str:
+    """Seconds to the resolution the clock can observe (1 ms locally, 10 ms on Slurm)."""
+    if value is None:
+        return "—"
+    digits = max(0, round(-math.log10(resolution_s)))
+    return f"{value:.{digits}f}"
+
+
+def _sig(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}g}"
 
 
 def _num(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+# --- recovery ---------------------------------------------------------------------------------
+
+# What the recovery clock resolves: its ends are the harness's own events (sub-ms), but
+# detection is a poll — every 2 ms locally, every 50 ms of squeue on Slurm.
+RESOLUTION_S = {"local": 0.001, "slurm": 0.01}
+
+
+def recovery_verdicts(result: dict[str, Any]) -> list[str]:
+    """Per fault, the plan's two recovery criteria judged on the managed arm."""
+    res = RESOLUTION_S.get(result["cluster"], 0.001)
+    lines = []
+    for s in result["summary"]:
+        if s["arm"] != "managed":
+            continue
+        n = s["recovery_s"]["n"]
+        rt, wl = s["recovery_time_verdict"], s["work_lost_verdict"]
+        lines.append(
+            f"{s['fault']}: "
+            + verdict_line(
+                "recovery time",
+                rt["statistic"],
+                f"{_seconds(rt['value'], res)} s",
+                f"{rt['threshold']:g} s",
+                rt["verdict"],
+                detail=f"managed, n={n}" if n else "no managed trial recovered",
+            )
+        )
+        lines.append(
+            f"{s['fault']}: "
+            + verdict_line(
+                "work lost per interruption",
+                wl["statistic"],
+                f"{_sig(wl['value'])} GPU-h",
+                f"{wl['threshold']:g} GPU-h",
+                wl["verdict"],
+                detail=f"managed, n={n}" if n else "no managed trial recovered",
+            )
+        )
+    return lines
+
+
 def recovery_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per fault × arm: the recovery summary flattened for tables."""
+    """One row per fault × arm, few enough columns for a 1600 px window; the verdicts are
+    sentences above the table (recovery_verdicts), not a column."""
+    res = RESOLUTION_S.get(result["cluster"], 0.001)
     rows = []
     for s in result["summary"]:
         rt, wl = s["recovery_s"], s["work_lost_gpu_h"]
-        verdict = s.get("recovery_time_verdict", {}).get("verdict", "")
         rows.append(
             {
                 "fault": s["fault"],
                 "arm": s["arm"],
-                "n": rt["n"],
-                "failed": s["failed"],
-                "recovery_s_median": rt["median"],
-                "recovery_s_p90": rt["p90"],
-                "recovery_s_min": rt["min"],
-                "recovery_s_max": rt["max"],
-                "work_lost_gpu_h_median": wl["median"],
-                "work_lost_gpu_h_p90": wl["p90"],
-                "steps_lost_median": s["steps_lost"]["median"],
-                "managed_over_unmanaged": s["managed_over_unmanaged_recovery"],
-                "recovery_verdict": verdict,
-                "work_lost_verdict": s.get("work_lost_verdict", {}).get("verdict", ""),
-                "detect_latency_ms_max": s["detect_latency_ms"]["max"],
-                "serving_latency_ms_max": s["serving_latency_ms"]["max"],
+                "trials ok / failed": f"{rt['n']} / {s['failed']}",
+                "recovery s, median [min–max]": f"{_seconds(rt['median'], res)} "
+                f"[{_seconds(rt['min'], res)}–{_seconds(rt['max'], res)}]",
+                "recovery s, p90": _seconds(rt["p90"], res),
+                "work lost GPU-h, median": _sig(wl["median"]),
+                "steps lost, median": _num(s["steps_lost"]["median"], 0),
+                "managed / unmanaged recovery": _num(s["managed_over_unmanaged_recovery"], 2),
             }
         )
     return rows
@@ -150,55 +221,59 @@ def recovery_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
 def recovery_table(result: dict[str, Any]) -> Table:
     """Compact enough for an 80-column terminal: medians with [min–max], p90 apart."""
     table = Table(title=f"Recovery after real faults — {result['cluster']}")
-    for col in ("fault", "arm", "n/failed", "recovery s", "p90", "GPU-h lost", "steps", "m/u"):
+    heads = ("fault", "arm", "ok/failed", "recovery s [min–max]", "p90", "GPU-h lost", "steps")
+    for col in (*heads, "m/u"):
         table.add_column(col, justify="left" if col in ("fault", "arm") else "right")
-    table.add_column("verdict")
     for r in recovery_rows(result):
-        table.add_row(
-            r["fault"],
-            r["arm"],
-            f"{r['n']}/{r['failed']}",
-            f"{_num(r['recovery_s_median'], 2)} \\[{_num(r['recovery_s_min'], 2)}–"
-            f"{_num(r['recovery_s_max'], 2)}]",
-            _num(r["recovery_s_p90"], 2),
-            _num(r["work_lost_gpu_h_median"], 5),
-            _num(r["steps_lost_median"], 0),
-            _num(r["managed_over_unmanaged"], 2),
-            f"{r['recovery_verdict']}/{r['work_lost_verdict']}" if r["recovery_verdict"] else "",
-        )
+        table.add_row(*(str(v).replace("[", "\\[") for v in r.values()))
     table.caption = (
-        f"run {result['run_id']}; medians \\[min–max]; m/u: managed/unmanaged median recovery; "
-        "verdict: recovery time/work lost vs the plan. " + "; ".join(result["includes"])
+        f"run {result['run_id']}; medians \\[min–max]; m/u: managed/unmanaged median "
+        "recovery. " + "; ".join(result["includes"])
     )
     return table
+
+
+def _markdown_table(rows: list[dict[str, Any]], right_from: int = 2) -> list[str]:
+    if not rows:
+        return ["(no rows)"]
+    heads = list(rows[0])
+    align = ["---" if i < right_from else "---:" for i in range(len(heads))]
+    lines = ["| " + " | ".join(heads) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(str(r[h]) for h in heads) + " |" for r in rows]
+    return lines
+
+
+def failure_lines(failures: list[dict[str, Any]], heading: str) -> list[str]:
+    """Each failed trial with its reason and the tail of the workload's own log."""
+    if not failures:
+        return []
+    lines = ["", f"## {heading}", ""]
+    for f in failures:
+        lines.append(f"- **{f['trial_id']} / {f['arm']}**: {f['reason']}")
+        if f.get("log_tail"):
+            lines += ["", "  ```", *[f"  {t}" for t in f["log_tail"].splitlines()], "  ```"]
+    return lines
 
 
 def recovery_markdown(result: dict[str, Any]) -> str:
     lines = [
         f"# Recovery after real faults ({result['cluster']})",
         "",
-        f"Run `{result['run_id']}`: {result['trials']} trials, {result['failed']} failed "
-        "(kept as rows with their reason). Clock: `fault_injected` → `serving_again`.",
+        "## Verdicts (managed arm, against the plan)",
         "",
-        "| fault | arm | n | failed | recovery s median | p90 | min | max "
-        "| work lost GPU-h median | steps lost | managed/unmanaged | verdict |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        *[f"- {v}" for v in recovery_verdicts(result)],
+        "",
+        "## Numbers (measured)",
+        "",
+        f"Run `{result['run_id']}`: {result['trials']} trials, {result['failed']} failed "
+        "(kept as rows with their reason). Clock: `fault_injected` → `serving_again`, "
+        "the same on both arms.",
+        "",
+        *_markdown_table(recovery_rows(result)),
+        "",
+        "What the numbers include: " + "; ".join(result["includes"]) + ".",
     ]
-    for r in recovery_rows(result):
-        verdict = (
-            f"{r['recovery_verdict']} / {r['work_lost_verdict']}" if r["recovery_verdict"] else ""
-        )
-        lines.append(
-            f"| {r['fault']} | {r['arm']} | {r['n']} | {r['failed']} "
-            f"| {_num(r['recovery_s_median'])} | {_num(r['recovery_s_p90'])} "
-            f"| {_num(r['recovery_s_min'])} | {_num(r['recovery_s_max'])} "
-            f"| {_num(r['work_lost_gpu_h_median'], 6)} | {_num(r['steps_lost_median'], 0)} "
-            f"| {_num(r['managed_over_unmanaged'], 2)} | {verdict} |"
-        )
-    lines += ["", "What the numbers include: " + "; ".join(result["includes"]) + "."]
-    if result["failures"]:
-        lines += ["", "## Failed trials", ""]
-        lines += [f"- {f['trial_id']} / {f['arm']}: {f['reason']}" for f in result["failures"]]
+    lines += failure_lines(result["failures"], "Failed trials")
     return "\n".join(lines)
 
 
@@ -236,19 +311,52 @@ def overhead_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def overhead_verdicts(result: dict[str, Any]) -> list[str]:
+    """The plan's overhead criterion, judged on the steady variant only."""
+    steady = result["variants"].get("steady")
+    c = steady["comparison"] if steady else None
+    threshold = f"{result['threshold_pct']:g} %"
+    if c is None:
+        return [
+            verdict_line(
+                "steady-state overhead",
+                "median",
+                "—",
+                threshold,
+                "undecided",
+                detail="no complete managed/unmanaged pair",
+            )
+        ]
+    return [
+        verdict_line(
+            "steady-state overhead",
+            "median",
+            _pct(c["overhead_pct"]),
+            threshold,
+            c["verdict"],
+            detail=f"95% CI {_pct(c['ci_low_pct'])} … {_pct(c['ci_high_pct'])}, {c['n']} pairs; "
+            f"{c['verdict_reason']}",
+        )
+    ]
+
+
 def overhead_markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Steady-state overhead and the cost of checkpointing",
         "",
-        f"Run `{result['run_id']}`: interleaved A B B A runs, each timed from its first to its "
-        "last progress line.",
+        "## Verdict (against the plan)",
+        "",
+        *[f"- {v}" for v in overhead_verdicts(result)],
+        "",
+        "## Numbers (measured)",
+        "",
+        f"Run `{result['run_id']}`: interleaved A B B A runs of the managed and the unmanaged "
+        "copy, each timed from its first to its last progress line.",
         "",
     ]
     lines += [f"- {line.strip()}" for line in overhead_lines(result)]
     lines += ["", "## Checkpoints taken", "", *checkpoint_lines(result["checkpoints"])]
-    if result["failures"]:
-        lines += ["", "## Failed runs", ""]
-        lines += [f"- {f['trial_id']} / {f['arm']}: {f['reason']}" for f in result["failures"]]
+    lines += failure_lines(result["failures"], "Failed runs")
     return "\n".join(lines)
 
 
@@ -295,11 +403,56 @@ def cold_start_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
+def cold_start_verdicts(result: dict[str, Any]) -> list[str]:
+    s = result["speedup"]
+    threshold = f"{result['threshold']:g}×"
+    if s is None:
+        return [
+            verdict_line(
+                "cold-start speed-up",
+                "median",
+                "—",
+                threshold,
+                "undecided",
+                at_most=False,
+                detail="no native and restored start to compare",
+            )
+        ]
+    return [
+        verdict_line(
+            "cold-start speed-up (native launch / restore)",
+            s["statistic"],
+            f"{_num(s['speedup'], 2)}×",
+            threshold,
+            s["verdict"],
+            at_most=False,
+            detail=f"95% CI {_num(s['ci_low'], 2)} … {_num(s['ci_high'], 2)}; "
+            f"{s['verdict_reason']}",
+        )
+    ]
+
+
+def png_data_uri(path: str | Path) -> str | None:
+    """A PNG as a data: URI, so the Prefect UI shows it inline (None when there is none)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError:
+        return None
+    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+
+
 def cold_start_markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Cold start: native launch against restore",
         "",
-        f"Run `{result['run_id']}`: the same ready probe ends both clocks.",
+        "## Verdict (against the plan)",
+        "",
+        *[f"- {v}" for v in cold_start_verdicts(result)],
+        "",
+        "## Numbers (measured)",
+        "",
+        f"Run `{result['run_id']}`: the same ready probe ends both clocks (native launch → "
+        "ready on the unmanaged arm, restore → ready on the managed arm).",
         "",
     ]
     lines += [f"- {line}" for line in cold_start_lines(result)]
@@ -313,9 +466,11 @@ def cold_start_markdown(result: dict[str, Any]) -> str:
             f"| {r['trial_id']} | {_num(r['ready_s'])} | {_num(r['restore_s'])} "
             f"| {r['checkpoint_bytes'] / 1e6:.1f} | {_num(r['restore_gbps'], 2)} |"
         )
-    lines += ["", f"Plot: `{result['plot']}`", "", "## Checkpoints taken", ""]
+    uri = png_data_uri(result["plot"])
+    lines += ["", "## Restore seconds against checkpoint size", ""]
+    if uri:
+        lines.append(f"![restore seconds against checkpoint bytes]({uri})")
+    lines += ["", f"The plot's file: `{result['plot']}`", "", "## Checkpoints taken", ""]
     lines += checkpoint_lines(result["checkpoints"])
-    if result["failures"]:
-        lines += ["", "## Failed starts", ""]
-        lines += [f"- {f['trial_id']} / {f['arm']}: {f['reason']}" for f in result["failures"]]
+    lines += failure_lines(result["failures"], "Failed starts")
     return "\n".join(lines)

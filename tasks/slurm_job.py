@@ -30,6 +30,7 @@ from typing import Any
 from tasks.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError, PeriodicCheckpoints
 from tasks.clock import EventRecorder
 from tasks.clusters.local import WorkloadProcess, child_pids
+from tasks.interpreter import resolve_workload_argv, workload_env
 
 
 def _ns_init(launcher: subprocess.Popen, timeout: float = 10) -> int:
@@ -74,8 +75,9 @@ def run(spec: dict[str, Any]) -> int:
             print(f"ckpt-poc: {exc}", file=sys.stderr)
             return 71
     else:
-        argv = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", "setsid", *spec["argv"]]
-        root = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+        workload = resolve_workload_argv(spec["argv"])
+        argv = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", "setsid", *workload]
+        root = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=workload_env())
         pid = _ns_init(root)
         recorder.record(trial, arm, "workload_started", pid=pid)
     periodic = None

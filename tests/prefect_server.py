@@ -92,14 +92,26 @@ def _kill(pids: list[int], grace: float = 5.0) -> None:
             time.sleep(0.1)
 
 
-def _clean_env() -> dict[str, str]:
-    """The caller's environment without Prefect or prefect-up settings (e.g. an exported
-    PREFECT_API_URL of a developer's own server)."""
-    return {
+VENV_BIN = str(Path(sys.executable).parent)
+# What `uv run` (and an activated venv) add to a shell; a user's plain shell has none.
+_RUN_MARKERS = ("VIRTUAL_ENV", "UV_RUN_RECURSION_DEPTH", "PYTHONPATH", "PYTHONHOME")
+
+
+def user_shell_env() -> dict[str, str]:
+    """The environment of a user's plain shell, not the test runner's: no Prefect or
+    prefect-up settings (e.g. an exported PREFECT_API_URL of a developer's own server), and
+    no trace of the project's virtual environment (pytest runs inside `uv run`, so its PATH
+    starts with .venv/bin, which a worker started from a plain shell never has)."""
+    env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("PREFECT_", "CKPT_POC_PREFECT_")) and k != "CKPT_POC_REPO"
+        if not k.startswith(("PREFECT_", "CKPT_POC_PREFECT_"))
+        and k not in ("CKPT_POC_REPO", "CKPT_POC_PYTHON", *_RUN_MARKERS)
     }
+    env["PATH"] = os.pathsep.join(
+        p for p in env.get("PATH", "").split(os.pathsep) if p and p != VENV_BIN
+    )
+    return env
 
 
 @dataclass
@@ -134,7 +146,7 @@ class PrefectStack:
 
     def full_env(self) -> dict[str, str]:
         return {
-            **_clean_env(),
+            **user_shell_env(),
             "CKPT_POC_PREFECT_DIR": str(self.dir),
             "CKPT_POC_PREFECT_PORT": str(self.port),
             "PREFECT_HOME": str(self.home),
@@ -192,7 +204,7 @@ class PrefectStack:
         try:
             proc = subprocess.run(
                 [str(PREFECT_DOWN), str(self.dir)],
-                env=_clean_env(),
+                env=user_shell_env(),
                 capture_output=True,
                 text=True,
                 timeout=timeout,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.errors import BlastRadiusError, CkptPocError
+from tasks.interpreter import resolve_workload_argv, workload_env
 
 
 class ProcessError(CkptPocError):
@@ -87,11 +88,11 @@ class LocalCluster:
         log = self.log_path(slot, arm, tag)
         with open(log, "ab") as out:  # append mode: CRIU restores it whatever it grew to
             launcher = subprocess.Popen(
-                ["unshare", "--pid", "--fork", "setsid", *argv],
+                ["unshare", "--pid", "--fork", "setsid", *resolve_workload_argv(argv)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
-                env={**os.environ, **(env or {})},
+                env={**workload_env(), **(env or {})},
                 cwd=self.workdir,
             )
         deadline = time.monotonic() + timeout

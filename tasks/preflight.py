@@ -1,0 +1,114 @@
+"""Before any trial: start the plan's workload once and see it work.
+
+A workload that cannot start (a missing dependency, a wrong path, the wrong interpreter)
+would otherwise fail every trial the same way, each after its own timeout. The preflight
+starts one copy, waits for its first progress line (or its ready probe), and stops it; if
+the copy exits or stays silent, the run stops at once with the workload's own last log
+lines in the error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.clock import EventRecorder
+from tasks.clusters.local import LocalCluster
+from tasks.engine import copy_argv, run_folder
+from tasks.errors import CkptPocError
+from tasks.interpreter import resolve_workload_argv
+from tasks.plan import Plan
+from tasks.probes import LogProgressProbe, wait_ready
+from tasks.runctx import RunContext
+
+PREFLIGHT_TIMEOUT_S = 60  # longer than any sane import-and-first-step; an exit ends it sooner
+TRIAL = "preflight"
+LOG_TAIL_LINES = 15
+
+
+class WorkloadDoesNotStart(CkptPocError):
+    """The plan's workload exited or stayed silent before its first sign of life."""
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    seconds: float  # launch → first sign of life
+    sign: str  # what was seen: "progress step N" or "ready at URL"
+    log: Path
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of a log ('' when there is none)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def await_first_sign(
+    plan: Plan,
+    log: Path,
+    alive: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    slice_s: float = 0.1,
+) -> PreflightResult:
+    """Wait for the workload's first progress line (or its ready probe) while ``alive()``;
+    raise WorkloadDoesNotStart with the log's tail when it exits or stays silent."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    ready = plan.workload.ready_probe
+    if ready is not None:
+        if wait_ready(ready.url, EventRecorder(None), TRIAL, TRIAL, timeout=timeout_s, alive=alive):
+            return PreflightResult(time.monotonic() - t0, f"ready at {ready.url}", log)
+        exited = not alive()
+    else:
+        regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else None
+        if regex is None:
+            raise CkptPocError("the preflight needs workload.progress_probe.log_regex")
+        probe = LogProgressProbe(log, regex, EventRecorder(None), TRIAL, TRIAL).start()
+        try:
+            seen = None
+            while seen is None and time.monotonic() < deadline:
+                seen = probe.wait_for(lambda s: True, slice_s)
+                if seen is None and not alive():
+                    seen = probe.wait_for(lambda s: True, 0.3)  # lines written before the end
+                    break
+            if seen is not None:
+                return PreflightResult(time.monotonic() - t0, f"progress step {seen.step}", log)
+        finally:
+            probe.stop()
+        exited = not alive()
+    sign = f"answering 200 at {ready.url}" if ready else "its first progress line"
+    how = (
+        f"exited after {time.monotonic() - t0:.1f} s"
+        if exited
+        else f"stayed silent for {timeout_s:.0f} s"
+    )
+    tail = log_tail(log) or "(the log is empty)"
+    raise WorkloadDoesNotStart(
+        f"preflight: the workload ({what}) {how} before {sign}; nothing was measured. "
+        f"Last lines of {log}:\n{tail}"
+    )
+
+
+def preflight_local(
+    plan: Plan, ctx: RunContext, cluster: LocalCluster, timeout_s: float = PREFLIGHT_TIMEOUT_S
+) -> PreflightResult:
+    """Start one copy on the plan's first slot, see it work, stop it."""
+    copy_dir = run_folder(ctx) / TRIAL
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    argv = copy_argv(plan.workload.command or [], copy_dir)
+    proc = cluster.start(plan.cluster.nodes[0], TRIAL, argv, tag=TRIAL)
+    try:
+        what = " ".join(resolve_workload_argv(argv))
+        return await_first_sign(plan, proc.log, proc.alive, timeout_s, what)
+    finally:
+        cluster.kill(proc)
+        cluster.wait_gone(proc)
