@@ -154,7 +154,7 @@ def recovery(
     """Inject the plan's faults into the unmanaged, then the managed copy; recover both;
     every trial → `trials`, gated, summarised per fault with the plan's verdicts."""
     from flows.recovery import recovery as recovery_flow
-    from tasks.report import recovery_table
+    from tasks.report import recovery_table, recovery_verdicts
 
     try:
         result = recovery_flow(str(plan), timeout_s, fault_step)
@@ -163,13 +163,10 @@ def recovery(
     if as_json:
         sys.stdout.write(json.dumps(result) + "\n")
         return
+    for line in recovery_verdicts(result):
+        out.print(line, highlight=False, markup=False)
     out.print(recovery_table(result))
-    for failure in result["failures"]:
-        err.print(
-            f"[yellow]failed trial[/] {failure['trial_id']} / {failure['arm']}: "
-            f"{failure['reason']}",
-            highlight=False,
-        )
+    _print_failures(result["failures"])
     out.print(f"trials written: {', '.join(result['trials_files'])}", highlight=False)
 
 
@@ -223,15 +220,22 @@ def cold_start_cmd(
     out.print(f"plot: {result['plot']}", highlight=False)
 
 
-def _print_lines(title: str, lines: list[str], result: dict | None) -> None:
-    out.print(f"[bold]{title}[/]")
-    for line in lines:
-        out.print(f"  {line}", highlight=False, markup=False)
-    for failure in (result or {}).get("failures", []):
+def _print_failures(failures: list[dict], tail_lines: int = 3) -> None:
+    """Each failed trial: its reason, then the last lines of the workload's own log."""
+    for failure in failures:
         err.print(
             f"[yellow]failed[/] {failure['trial_id']} / {failure['arm']}: {failure['reason']}",
             highlight=False,
         )
+        for line in (failure.get("log_tail") or "").splitlines()[-tail_lines:]:
+            err.print(f"    | {line}", highlight=False, markup=False)
+
+
+def _print_lines(title: str, lines: list[str], result: dict | None) -> None:
+    out.print(f"[bold]{title}[/]")
+    for line in lines:
+        out.print(f"  {line}", highlight=False, markup=False)
+    _print_failures((result or {}).get("failures", []))
     if result:
         out.print(f"trials written: {', '.join(result['trials_files'])}", highlight=False)
 

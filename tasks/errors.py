@@ -6,6 +6,11 @@ from __future__ import annotations
 class CkptPocError(Exception):
     """Base of every error ckpt-poc raises on purpose."""
 
+    def __repr__(self) -> str:
+        # Prefect logs a failed run's exception with repr(): "Name: message" keeps the
+        # message's lines as lines in the UI instead of one quoted string with "\n"s.
+        return f"{type(self).__name__}: {self}"
+
 
 class PlanError(CkptPocError):
     """The PoC plan is missing, unreadable or invalid.

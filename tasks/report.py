@@ -126,13 +126,16 @@ def verdict_line(
     *,
     at_most: bool = True,
     detail: str = "",
+    by_ci: bool = False,
 ) -> str:
-    """One criterion as a sentence: "recovery time median 0.090 s ≤ 30 s: met"."""
-    if verdict == "met":
+    """One criterion as a sentence: "recovery time median 0.090 s ≤ 30 s: met". A verdict
+    decided by a confidence interval (``by_ci``) is not a plain comparison of the value:
+    it reads "vs ≤ threshold", with the CI in ``detail``."""
+    if verdict == "met" and not by_ci:
         op = "≤" if at_most else "≥"
-    elif verdict == "not met" and not detail:
+    elif verdict == "not met" and not by_ci:
         op = ">" if at_most else "<"
-    else:  # undecided, or decided by a CI the detail explains
+    else:
         op = "vs " + ("≤" if at_most else "≥")
     extra = f" ({detail})" if detail else ""
     return f"{criterion} {statistic} {value}{extra} {op} {threshold}: {verdict}"
@@ -336,6 +339,7 @@ def overhead_verdicts(result: dict[str, Any]) -> list[str]:
             c["verdict"],
             detail=f"95% CI {_pct(c['ci_low_pct'])} … {_pct(c['ci_high_pct'])}, {c['n']} pairs; "
             f"{c['verdict_reason']}",
+            by_ci=True,
         )
     ]
 
@@ -426,6 +430,7 @@ def cold_start_verdicts(result: dict[str, Any]) -> list[str]:
             threshold,
             s["verdict"],
             at_most=False,
+            by_ci=True,
             detail=f"95% CI {_num(s['ci_low'], 2)} … {_num(s['ci_high'], 2)}; "
             f"{s['verdict_reason']}",
         )

@@ -7,13 +7,14 @@ About a minute on two cores: server start ~10-15 s, deploy ~5 s, each flow run ~
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from prefect_server import REPO, PrefectStack, alive
+from prefect_server import REPO, VENV_BIN, PrefectStack, alive
 
 pytestmark = pytest.mark.prefect_server
 
@@ -54,7 +55,13 @@ def tmp_plan(tmp_path: Path) -> Path:
     return path
 
 
+def _yaml_descriptions() -> dict[str, str]:
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    return {d["name"]: d["description"] for d in spec["deployments"]}
+
+
 def test_deployments_match_prefect_yaml(stack: PrefectStack) -> None:
+    descriptions = _yaml_descriptions()
     for flow, entrypoint in [
         ("plan_check", "flows/plan_check.py:plan_check"),
         ("baseline", "flows/baseline.py:baseline"),
@@ -68,10 +75,32 @@ def test_deployments_match_prefect_yaml(stack: PrefectStack) -> None:
         assert dep["work_pool_name"] == "ckpt-poc"
         assert dep["parameters"] == {"plan_path": "plans/demo.yaml"}
         assert dep["schedules"] == []
+        # The deployments list shows what each stage does.
+        assert dep["description"] == descriptions[flow] and len(dep["description"]) > 40
+        # Flow runs start with the project's interpreter, whatever Python the worker has.
+        venv_python = str(Path(VENV_BIN) / "python")
+        assert dep["job_variables"]["command"] == f"{venv_python} -m prefect.engine"
         # The {{ $CKPT_POC_REPO }} placeholder was filled at deploy time with this clone.
         assert dep["pull_steps"] == [
             {"prefect.deployments.steps.set_working_directory": {"directory": str(REPO)}}
         ]
+
+
+def test_the_worker_has_a_plain_shells_environment(stack: PrefectStack) -> None:
+    # What this test module proves holds only if the worker is started like a user's:
+    # from a shell without the project's virtual environment on PATH.
+    pid = stack.pid_files()["worker"]
+    environ = dict(
+        line.split("=", 1)
+        for line in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0")
+        if "=" in line
+    )
+    assert VENV_BIN not in environ["PATH"].split(":")
+    assert "VIRTUAL_ENV" not in environ
+
+
+def _flow_run_name(stack: PrefectStack, run_id: str) -> str:
+    return stack.flow_run(run_id)["name"]
 
 
 def test_plan_check_runs_in_the_repo_checkout(stack: PrefectStack) -> None:
@@ -110,6 +139,9 @@ def test_baseline_deployment_writes_datasets_and_summary(
     assert summary[0]["data"].strip()
     exposure = stack.artifacts(run_id, key="baseline-exposure")
     assert len(exposure) == 1 and exposure[0]["type"] == "table"
+    # They hang off the flow run itself (its Artifacts tab), not off a task run.
+    assert summary[0]["task_run_id"] is None and exposure[0]["task_run_id"] is None
+    assert _flow_run_name(stack, run_id).startswith("baseline · demo · plan.yaml · ")
 
 
 @pytest.mark.criu
@@ -127,9 +159,59 @@ def test_recovery_deployment_writes_trials_and_its_report(
     assert (trials["measure"] == "recovery").sum() == 6  # 3 repeats x 2 arms
     assert (trials["measure"] == "checkpoint").sum() > 0  # and every dump the managed copies took
     report = stack.artifacts(run_id, key="recovery-report")
-    assert len(report) == 1 and "| sigkill | managed | 3 |" in report[0]["data"]
+    assert len(report) == 1 and "| sigkill | managed | 3 / 0 |" in report[0]["data"]
+    # The report leads with the verdicts, each criterion with its threshold and unit.
+    first = next(line for line in report[0]["data"].splitlines() if line.startswith("- "))
+    assert first.startswith("- sigkill: recovery time median ") and " 30 s: " in first
     summary = stack.artifacts(run_id, key="recovery-summary")
     assert len(summary) == 1 and summary[0]["type"] == "table"
+    assert _flow_run_name(stack, run_id).startswith("recovery · demo · plan.yaml · ")
+
+
+@pytest.mark.criu
+def test_cold_start_deployment_completes_with_its_plot_in_the_report(
+    stack: PrefectStack, tmp_plan: Path, criu_binary: str
+) -> None:
+    run_id, proc = stack.run_deployment("cold_start/cold_start", {"plan_path": str(tmp_plan)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr + stack.log_tail()
+    assert run_id and stack.flow_run(run_id)["state"]["type"] == "COMPLETED"
+    report = stack.artifacts(run_id, key="cold-start-report")
+    assert len(report) == 1
+    text = report[0]["data"]
+    assert "- cold-start speed-up (native launch / restore) median " in text
+    assert "](data:image/png;base64,iVBOR" in text  # the plot itself, not a worker's path
+
+
+def test_a_workload_that_cannot_start_fails_the_run_in_seconds_saying_why(
+    stack: PrefectStack, tmp_plan: Path
+) -> None:
+    plan = yaml.safe_load(tmp_plan.read_text())
+    plan["workload"]["command"] = [
+        "python",
+        "-c",
+        "import sys; print('loading digits', flush=True); "
+        "sys.exit('examples need scikit-learn (simulated)')",
+    ]
+    tmp_plan.write_text(yaml.safe_dump(plan, sort_keys=False))
+    t0 = time.monotonic()
+    run_id, proc = stack.run_deployment("recovery/recovery", {"plan_path": str(tmp_plan)})
+    assert proc.returncode != 0 and run_id
+    run = stack.wait_flow_run(run_id)
+    assert time.monotonic() - t0 < 90
+    assert run["state"]["type"] == "FAILED"
+    message = run["state"]["message"]
+    # Text, with the workload's own last lines, not an exception's repr.
+    assert "preflight: the workload" in message and "examples need scikit-learn" in message
+    assert "\nloading digits\n" in message and "\\n" not in message
+    assert "WorkloadDoesNotStart(" not in message
+    # The flow run's log says it the same way: lines, not a repr.
+    logs = stack.api("POST", "logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}})
+    failed = [log["message"] for log in logs if "WorkloadDoesNotStart" in log["message"]]
+    assert failed and all("WorkloadDoesNotStart(" not in m for m in failed), failed
+    assert any("\nloading digits\n" in m for m in failed), failed
+    report = stack.artifacts(run_id, key="recovery-report")
+    assert len(report) == 1 and "examples need scikit-learn" in report[0]["data"]
+    assert stack.artifacts(run_id, key="recovery-summary") == []
 
 
 def test_prefect_up_again_keeps_processes_and_redeploys_cleanly(stack: PrefectStack) -> None:
