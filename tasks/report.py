@@ -150,7 +150,13 @@ def _seconds(value: float | None, resolution_s: float) -> str:
 
 
 def _sig(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}g}"
+    """``digits`` significant digits in fixed notation (0.0000974, not 9.74e-05)."""
+    if value is None:
+        return "—"
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
 
 
 def _num(value: float | None, digits: int = 3) -> str:
@@ -209,13 +215,12 @@ def recovery_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "fault": s["fault"],
                 "arm": s["arm"],
-                "trials ok / failed": f"{rt['n']} / {s['failed']}",
-                "recovery s, median [min–max]": f"{_seconds(rt['median'], res)} "
+                "ok / failed": f"{rt['n']} / {s['failed']}",
+                "recovery s median [min–max]": f"{_seconds(rt['median'], res)} "
                 f"[{_seconds(rt['min'], res)}–{_seconds(rt['max'], res)}]",
-                "recovery s, p90": _seconds(rt["p90"], res),
-                "work lost GPU-h, median": _sig(wl["median"]),
-                "steps lost, median": _num(s["steps_lost"]["median"], 0),
-                "managed / unmanaged recovery": _num(s["managed_over_unmanaged_recovery"], 2),
+                "p90 s": _seconds(rt["p90"], res),
+                "GPU-h lost median": _sig(wl["median"]),
+                "steps lost median": _num(s["steps_lost"]["median"], 0),
             }
         )
     return rows
@@ -225,15 +230,24 @@ def recovery_table(result: dict[str, Any]) -> Table:
     """Compact enough for an 80-column terminal: medians with [min–max], p90 apart."""
     table = Table(title=f"Recovery after real faults — {result['cluster']}")
     heads = ("fault", "arm", "ok/failed", "recovery s [min–max]", "p90", "GPU-h lost", "steps")
-    for col in (*heads, "m/u"):
+    for col in heads:
         table.add_column(col, justify="left" if col in ("fault", "arm") else "right")
     for r in recovery_rows(result):
         table.add_row(*(str(v).replace("[", "\\[") for v in r.values()))
     table.caption = (
-        f"run {result['run_id']}; medians \\[min–max]; m/u: managed/unmanaged median "
-        "recovery. " + "; ".join(result["includes"])
+        f"run {result['run_id']}; medians \\[min–max]. {ratio_line(result)}. "
+        + "; ".join(result["includes"])
     )
     return table
+
+
+def ratio_line(result: dict[str, Any]) -> str:
+    """Managed over unmanaged median recovery time, per fault (one number per fault, so
+    not a column of the per-arm table)."""
+    ratios = {s["fault"]: s["managed_over_unmanaged_recovery"] for s in result["summary"]}
+    return "managed / unmanaged median recovery time: " + ", ".join(
+        f"{fault} {_num(r, 2)}" for fault, r in ratios.items()
+    )
 
 
 def _markdown_table(rows: list[dict[str, Any]], right_from: int = 2) -> list[str]:
@@ -273,6 +287,8 @@ def recovery_markdown(result: dict[str, Any]) -> str:
         "the same on both arms.",
         "",
         *_markdown_table(recovery_rows(result)),
+        "",
+        ratio_line(result) + ".",
         "",
         "What the numbers include: " + "; ".join(result["includes"]) + ".",
     ]
