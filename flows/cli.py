@@ -240,6 +240,74 @@ def _print_lines(title: str, lines: list[str], result: dict | None) -> None:
         out.print(f"trials written: {', '.join(result['trials_files'])}", highlight=False)
 
 
+def _plan_data(plan: Path) -> tuple[Path, str]:
+    """The plan's data folder and PoC name, read without starting Prefect (these commands
+    only read, and answer in well under two seconds)."""
+    from tasks.plan import load_plan
+
+    try:
+        loaded = load_plan(plan)
+    except CkptPocError as exc:
+        _fail(exc)
+    return Path(loaded.data_dir), loaded.poc
+
+
+@app.command()
+def status(
+    plan: PlanArg,
+    as_json: Annotated[bool, typer.Option("--json", help="print the status as JSON")] = False,
+) -> None:
+    """Where the PoC's data stands: committed runs per stage, runs in progress, and what
+    killed runs left (never read by any reader; `ckpt-poc clean` deletes it)."""
+    from tasks.runs import status_summary
+
+    data_dir, poc = _plan_data(plan)
+    summary = status_summary(data_dir, poc)
+    if as_json:
+        sys.stdout.write(json.dumps(summary) + "\n")
+        return
+    out.print(f"[bold]PoC {poc}[/] — data in {summary['data_dir']}", highlight=False)
+    for stage, s in summary["committed"].items():
+        out.print(
+            f"  {stage}: {s['runs']} committed run(s), {s['refused']} refused by a gate; "
+            f"last {s['last_committed_at']}",
+            highlight=False,
+        )
+    if not summary["committed"]:
+        out.print("  no committed run yet")
+    for r in summary["running"]:
+        out.print(f"  running: {r['stage']} run {r['run_id']}", highlight=False)
+    for r in summary["uncommitted"]:
+        out.print(
+            f"  [yellow]uncommitted[/] run {r['run_id']} ({r['stage'] or 'stage unknown'}): "
+            f"{len(r['files'])} file(s) no reader takes (the run was killed before it "
+            f"committed); delete with `ckpt-poc clean {plan}`",
+            highlight=False,
+        )
+    if summary["stale_tmp_files"]:
+        out.print(
+            f"  {len(summary['stale_tmp_files'])} temp file(s) of killed writes "
+            "(the next run of any stage removes them)"
+        )
+
+
+@app.command()
+def clean(
+    plan: PlanArg,
+    dry_run: Annotated[bool, typer.Option(help="list what would be deleted")] = False,
+) -> None:
+    """Delete what killed runs left: files of runs that never committed and no longer run.
+    Never a committed run, never a live one."""
+    from tasks.runs import clean_uncommitted
+
+    data_dir, poc = _plan_data(plan)
+    removed = clean_uncommitted(data_dir, poc, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    for path in removed:
+        out.print(f"{verb} {path}", highlight=False)
+    out.print(f"{verb} {len(removed)} file(s) of uncommitted runs", highlight=False)
+
+
 @app.command()
 def demo() -> None:
     """The embedded default: check plans/demo.yaml, run its baseline over the sample, its

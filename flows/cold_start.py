@@ -22,7 +22,7 @@ from tasks.runctx import make_run_context
 def time_native_and_restored_starts(
     plan: Plan, plan_path: str, repeats: int | None, timeout_s: float
 ) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path)
+    ctx = make_run_context(plan, plan_path, stage="cold_start")
     run = run_cold_start(plan, ctx, repeats=repeats, timeout_s=timeout_s)
     log_failures(run.failures, "start")
     files = write_and_gate(run.trials, ctx, "cold_start", cold_start_gate_checks(run.trials, plan))

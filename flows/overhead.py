@@ -26,7 +26,7 @@ from tasks.runctx import make_run_context
 def time_interleaved_runs(
     plan: Plan, plan_path: str, pairs: int | None, timeout_s: float
 ) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path)
+    ctx = make_run_context(plan, plan_path, stage="overhead")
     run = run_overhead(plan, ctx, pairs=pairs, timeout_s=timeout_s)
     log_failures(run.failures, "run")
     files = write_and_gate(

@@ -24,7 +24,7 @@ from tasks.runctx import make_run_context
 def inject_faults_and_recover(
     plan: Plan, plan_path: str, timeout_s: float, fault_step: int | None
 ) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path)
+    ctx = make_run_context(plan, plan_path, stage="recovery")
     run = run_recovery(plan, ctx, fault_step=fault_step, timeout_s=timeout_s)
     log_failures(run.failures, "trial")
     files = write_and_gate(run, plan, ctx)

@@ -18,7 +18,10 @@ from tasks.runctx import make_run_context
 @task(name="run_managed_and_unmanaged", cache_policy=NO_CACHE)
 def run_managed_and_unmanaged(plan: Plan, plan_path: str, timeout_s: float) -> dict[str, Any]:
     ensure_engine_supports(plan)
-    return run_side_by_side(plan, make_run_context(plan, plan_path), timeout_s=timeout_s).summary()
+    ctx = make_run_context(plan, plan_path, stage="side_by_side")
+    summary = run_side_by_side(plan, ctx, timeout_s=timeout_s).summary()
+    ctx.commit()  # its events are written: the run is complete
+    return summary
 
 
 @flow(name="side_by_side", flow_run_name=run_name("side by side"))

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from tasks.accounting import SLURM_STATES
 from tasks.errors import DatasetError
 from tasks.fingerprint import FINGERPRINT_COLUMNS
+from tasks.runs import committed_run_ids, run_id_of
 
 SCHEMA_VERSION = "1"
 WEEK_PARTITION = "week"
@@ -390,9 +391,17 @@ def write_dataset(
     return written
 
 
-def _files(data_dir: str | Path, poc: str, spec: DatasetSpec) -> list[str]:
+def dataset_files(
+    data_dir: str | Path, poc: str, spec: DatasetSpec, include_uncommitted: bool = False
+) -> list[str]:
+    """The dataset's files of committed runs (tasks.runs): a run killed half-way, or still
+    running, is not read unless asked for."""
     root = dataset_dir(data_dir, poc, spec)
-    return sorted(str(p) for p in root.glob(f"{WEEK_PARTITION}=*/*.parquet"))
+    files = sorted(root.glob(f"{WEEK_PARTITION}=*/*.parquet"))
+    if not include_uncommitted:
+        committed = committed_run_ids(data_dir, poc)
+        files = [p for p in files if run_id_of(p) in committed]
+    return [str(p) for p in files]
 
 
 def read_dataset(
@@ -402,9 +411,11 @@ def read_dataset(
     poc: str,
     run_id: str | None = None,
     columns: Sequence[str] | None = None,
+    include_uncommitted: bool = False,
 ) -> pd.DataFrame:
-    """Read a dataset into pandas with the declared dtypes (plus ``week``)."""
-    files = _files(data_dir, poc, spec)
+    """Read a dataset into pandas with the declared dtypes; committed runs only, unless
+    ``include_uncommitted``."""
+    files = dataset_files(data_dir, poc, spec, include_uncommitted)
     cols = list(columns or spec.column_names)
     if not files:
         return normalise_dtypes(pd.DataFrame({c: [] for c in cols}), spec)
@@ -418,7 +429,7 @@ def read_dataset_dask(spec: DatasetSpec, *, data_dir: str | Path, poc: str) -> A
     """The same dataset as a Dask DataFrame, normalised to the same dtypes as pandas."""
     import dask.dataframe as dd
 
-    files = _files(data_dir, poc, spec)
+    files = dataset_files(data_dir, poc, spec)
     if not files:
         raise DatasetError(f"dataset {spec.name} has no files under {data_dir}/{poc}")
     ddf = dd.read_parquet(files, columns=spec.column_names, dtype_backend="pyarrow")

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from tasks.datasets import TRIALS, write_dataset
-from tasks.errors import CkptPocError
+from tasks.errors import CkptPocError, GateFailed
 from tasks.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
 from tasks.plan import Plan
 from tasks.runctx import RunContext
@@ -99,5 +99,10 @@ def write_and_gate(
     the `trials` schema's suite and the experiment's comparability rules; a failed check
     raises GateFailed, which blocks the report."""
     files = write_trials(trials, ctx)
-    record_and_enforce([*validate_dataset(gate, TRIALS, trials), *rule_checks], ctx)
+    try:
+        record_and_enforce([*validate_dataset(gate, TRIALS, trials), *rule_checks], ctx)
+    except GateFailed as exc:
+        ctx.commit(f"refused: gate {exc.gate!r} failed")  # complete, and refused
+        raise
+    ctx.commit()
     return files

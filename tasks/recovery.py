@@ -567,7 +567,9 @@ def preflight(setup: TrialSetup, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> Pref
     log = copy_dir / "workload.log"
     argv = copy_argv(plan.workload.command or [], copy_dir)
     spec = _job_spec(setup, "preflight", "unmanaged", copy_dir, log, mode="run", argv=argv)
-    job = cluster.submit(node, "preflight", spec, name="preflight", log=log, gpus=0)
+    job = cluster.submit(
+        node, "preflight", spec, name="preflight", log=log, gpus=plan.workload.gpus
+    )
     try:
         return await_first_sign(
             plan,
@@ -635,6 +637,7 @@ def write_and_gate(run: RecoveryRun, plan: Plan, ctx: RunContext) -> list[Path]:
     trials = as_trials([run.trials, dumps], ctx)
     if run.stopped:
         experiments.write_trials(trials, ctx)  # the run is recorded, then refused
+        ctx.commit("refused: stopped early, " + run.stopped.splitlines()[0][:300])
         raise RecoveryStopped(run.stopped)
     return experiments.write_and_gate(
         trials,

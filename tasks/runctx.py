@@ -11,6 +11,7 @@ from typing import Any
 
 from tasks.fingerprint import collect_fingerprint
 from tasks.plan import Plan, plan_hash
+from tasks.runs import clean_stale_tmp, commit_run, mark_live
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,6 +26,7 @@ class RunContext:
     data_dir: Path
     started_at: dt.datetime
     fingerprint: dict[str, Any]
+    stage: str = "unknown"
 
     @property
     def file_metadata(self) -> dict[str, str]:
@@ -39,6 +41,11 @@ class RunContext:
     def stamp(self) -> dict[str, Any]:
         """The columns every row of this run carries."""
         return {"poc": self.poc, "run_id": self.run_id, **self.fingerprint}
+
+    def commit(self, outcome: str = "complete") -> Path:
+        """Make the run's rows visible to readers: call last, once they are complete and
+        gated (tasks.runs)."""
+        return commit_run(self.data_dir, self.poc, self.run_id, self.stage, outcome)
 
 
 def current_run_id() -> str:
@@ -66,8 +73,12 @@ def git_sha() -> str:
     return out.stdout.strip() if out.returncode == 0 else "unknown"
 
 
-def make_run_context(plan: Plan, plan_path: str | Path, run_id: str | None = None) -> RunContext:
-    return RunContext(
+def make_run_context(
+    plan: Plan, plan_path: str | Path, run_id: str | None = None, stage: str = "unknown"
+) -> RunContext:
+    """The run's context. The run is registered as live (its rows stay invisible until it
+    commits), and temp files that killed writes left behind are removed."""
+    ctx = RunContext(
         poc=plan.poc,
         run_id=run_id or current_run_id(),
         plan_path=str(plan_path),
@@ -76,4 +87,8 @@ def make_run_context(plan: Plan, plan_path: str | Path, run_id: str | None = Non
         data_dir=Path(plan.data_dir).resolve(),
         started_at=dt.datetime.now(dt.UTC),
         fingerprint=collect_fingerprint(),
+        stage=stage,
     )
+    mark_live(ctx.data_dir, ctx.poc, ctx.run_id, stage)
+    clean_stale_tmp(ctx.data_dir, ctx.poc)
+    return ctx

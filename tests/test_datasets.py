@@ -14,6 +14,7 @@ from tasks.datasets import DATASETS, GATES, conform, read_dataset, read_dataset_
 from tasks.errors import DatasetError
 from tasks.fingerprint import FINGERPRINT_COLUMNS, collect_fingerprint
 from tasks.gates import build_suite, validate_dataset
+from tasks.runs import commit_run
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))
@@ -82,6 +83,11 @@ def test_write_is_partitioned_atomic_and_append_only(tmp_path: Path) -> None:
         write_dataset(_gate_rows(), GATES, data_dir=tmp_path, poc="p", run_id="r1")
     assert not list(tmp_path.rglob("*.tmp")), "no temp file left behind"
     write_dataset(_gate_rows(2, "r2"), GATES, data_dir=tmp_path, poc="p", run_id="r2")
+    # Written is not yet visible: a run is read once it commits (tasks.runs).
+    assert len(read_dataset(GATES, data_dir=tmp_path, poc="p")) == 0
+    assert len(read_dataset(GATES, data_dir=tmp_path, poc="p", include_uncommitted=True)) == 5
+    for run_id in ("r1", "r2"):
+        commit_run(tmp_path, "p", run_id, "test", "complete")
     df = read_dataset(GATES, data_dir=tmp_path, poc="p")
     assert len(df) == 5
     assert dict(df.dtypes) == GATES.pandas_dtypes
@@ -140,5 +146,7 @@ def test_a_failed_gate_is_stored_and_blocks(tmp_path: Path) -> None:
     message = str(info.value)
     assert "expect_column_values_to_not_be_null on gates.gate" in message
     assert "rows_reconcile on jobs" in message and '"read": 3' in message
-    stored = read_dataset(GATES, data_dir=tmp_path, poc="demo", run_id="gate-run")
+    stored = read_dataset(
+        GATES, data_dir=tmp_path, poc="demo", run_id="gate-run", include_uncommitted=True
+    )
     assert len(stored) == len(checks) and (~stored["success"].astype(bool)).sum() == 2

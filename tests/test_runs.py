@@ -1,0 +1,155 @@
+"""A killed run is never half visible: readers take committed runs only, `status` reports
+what a killed run left, `clean` deletes it (never a committed or a live run), and the next
+run removes temp files of killed writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tasks.datasets import GATES, read_dataset, write_dataset
+from tasks.plan import load_plan
+from tasks.runctx import make_run_context
+from tasks.runs import clean_uncommitted, status_summary, uncommitted_runs
+from tests.conftest import REPO
+from tests.test_datasets import _gate_rows
+
+DEMO = REPO / "plans" / "demo.yaml"
+
+# A stage's run in its own process: writes its first file, then works on (and is killed).
+WRITER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from tasks.datasets import GATES, write_dataset
+    from tasks.plan import load_plan
+    from tasks.runctx import make_run_context
+    from tests.test_datasets import _gate_rows
+
+    plan = load_plan(sys.argv[1]).model_copy(update={"data_dir": sys.argv[2]})
+    ctx = make_run_context(plan, sys.argv[1], run_id=sys.argv[3], stage="baseline")
+    write_dataset(_gate_rows(4, ctx.run_id), GATES, data_dir=ctx.data_dir, poc=ctx.poc,
+                  run_id=ctx.run_id)
+    if sys.argv[4] == "true":
+        ctx.commit()
+    print("written", flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def _start_writer(data_dir: Path, run_id: str, commit: bool) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(DEMO), str(data_dir), run_id, str(commit).lower()],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "written"
+    return proc
+
+
+def test_a_killed_run_is_invisible_reported_and_cleaned(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    committed = _start_writer(data, "run-committed", commit=True)
+    killed = _start_writer(data, "run-killed", commit=False)
+    running = _start_writer(data, "run-live", commit=False)
+    try:
+        for proc in (committed, killed):
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+
+        # Readers see the committed run only: not the killed one, not the one still writing.
+        rows = read_dataset(GATES, data_dir=data, poc="demo")
+        assert set(rows["run_id"]) == {"run-committed"} and len(rows) == 4
+        every = read_dataset(GATES, data_dir=data, poc="demo", include_uncommitted=True)
+        assert set(every["run_id"]) == {"run-committed", "run-killed", "run-live"}
+
+        summary = status_summary(data, "demo")
+        assert summary["committed"]["baseline"]["runs"] == 1
+        assert [r["run_id"] for r in summary["running"]] == ["run-live"]
+        assert [r["run_id"] for r in summary["uncommitted"]] == ["run-killed"]
+        assert len(summary["uncommitted"][0]["files"]) == 1
+
+        # The command says the same, in under two seconds (no Prefect server to start).
+        t0 = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "status", str(_plan(tmp_path, data)), "--json"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert time.monotonic() - t0 < 2 + 1  # one second of grace for the interpreter
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["uncommitted"] == summary["uncommitted"]
+
+        removed = clean_uncommitted(data, "demo")
+        assert {p.name for p in removed} == {"run-killed.parquet", "run-killed.json"}
+        assert [r.run_id for r in uncommitted_runs(data, "demo")] == ["run-live"]
+        assert len(read_dataset(GATES, data_dir=data, poc="demo")) == 4  # committed intact
+    finally:
+        running.kill()
+        running.wait(timeout=10)
+
+
+def _plan(tmp_path: Path, data: Path) -> Path:
+    import yaml
+
+    plan = yaml.safe_load(DEMO.read_text())
+    plan["data_dir"] = str(data)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    return path
+
+
+def test_the_next_run_removes_temp_files_of_killed_writes_only(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    plan = load_plan(DEMO).model_copy(update={"data_dir": str(data)})
+    week = data / "demo" / "gates" / "week=2026-W49"
+    week.mkdir(parents=True)
+    old = week / ".r0.parquet.0123abcd.tmp"
+    old.write_bytes(b"half a parquet file")
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    live = _start_writer(data, "run-live", commit=False)  # a run in progress since now
+    try:
+        in_flight = week / ".run-live.parquet.4567ef.tmp"  # newer than the live run's start
+        in_flight.write_bytes(b"being written")
+        ctx = make_run_context(plan, DEMO, stage="recovery")
+        assert not old.exists() and in_flight.exists()
+        assert ctx.stage == "recovery"
+    finally:
+        live.kill()
+        live.wait(timeout=10)
+
+
+def test_a_run_of_another_host_is_never_cleaned(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_dataset(_gate_rows(2, "remote"), GATES, data_dir=data, poc="demo", run_id="remote")
+    marker = data / "demo" / "_live" / "remote.json"
+    marker.parent.mkdir(parents=True)
+    marker.write_text(json.dumps({"run_id": "remote", "host": "another-node", "pid": 1}))
+    assert clean_uncommitted(data, "demo") == []
+    assert [r["run_id"] for r in status_summary(data, "demo")["running"]] == ["remote"]
+
+
+@pytest.mark.parametrize("outcome", ["complete", "refused: gate 'recovery' failed"])
+def test_a_commit_lists_the_runs_files(tmp_path: Path, outcome: str) -> None:
+    plan = load_plan(DEMO).model_copy(update={"data_dir": str(tmp_path / "data")})
+    ctx = make_run_context(plan, DEMO, stage="overhead")
+    files = write_dataset(
+        _gate_rows(2, ctx.run_id), GATES, data_dir=ctx.data_dir, poc=ctx.poc, run_id=ctx.run_id
+    )
+    record = json.loads(ctx.commit(outcome).read_text())
+    assert record["outcome"] == outcome and record["stage"] == "overhead"
+    assert record["files"] == [str(f.relative_to(ctx.data_dir / ctx.poc)) for f in files]
+    assert not (ctx.data_dir / ctx.poc / "_live" / f"{ctx.run_id}.json").exists()
