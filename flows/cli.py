@@ -31,6 +31,13 @@ out = Console() if Console().is_terminal else Console(width=160)
 
 DEMO_PLAN = Path(__file__).resolve().parent.parent / "plans" / "demo.yaml"
 PlanArg = Annotated[Path, typer.Argument(help="the PoC plan (YAML)")]
+NoWaitOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-wait",
+        help="refuse at once when another experiment holds the plan's nodes (default: wait)",
+    ),
+]
 
 
 def _fail(exc: CkptPocError) -> None:
@@ -114,12 +121,13 @@ def side_by_side_cmd(
     plan: PlanArg,
     timeout_s: Annotated[float, typer.Option(help="stop both copies after this long")] = 300,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Run the plan's workload as a managed (CRIU) and an unmanaged copy, one clock."""
     from flows.side_by_side import side_by_side
 
     try:
-        summary = side_by_side(str(plan), timeout_s)
+        summary = side_by_side(str(plan), timeout_s, wait_for_nodes=not no_wait)
     except CkptPocError as exc:
         _fail(exc)
     if as_json:
@@ -150,6 +158,7 @@ def recovery(
         int | None, typer.Option(help="inject each fault once the copy reports this step")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the summary as JSON")] = False,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Inject the plan's faults into the unmanaged, then the managed copy; recover both;
     every trial → `trials`, gated, summarised per fault with the plan's verdicts."""
@@ -157,7 +166,7 @@ def recovery(
     from tasks.report import recovery_table, recovery_verdicts
 
     try:
-        result = recovery_flow(str(plan), timeout_s, fault_step)
+        result = recovery_flow(str(plan), timeout_s, fault_step, wait_for_nodes=not no_wait)
     except CkptPocError as exc:
         _fail(exc)
     if as_json:
@@ -178,6 +187,7 @@ def overhead(
     ] = None,
     timeout_s: Annotated[float, typer.Option(help="longest one run may take")] = 600,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Steady-state overhead (interleaved A B B A runs, no checkpoint in the timed span) and,
     apart, the cost of checkpointing at the plan's interval; paired statistics, verdict."""
@@ -185,7 +195,7 @@ def overhead(
     from tasks.report import checkpoint_lines, overhead_lines
 
     try:
-        result = overhead_flow(str(plan), pairs, timeout_s)
+        result = overhead_flow(str(plan), pairs, timeout_s, wait_for_nodes=not no_wait)
     except CkptPocError as exc:
         _fail(exc)
     if as_json:
@@ -203,6 +213,7 @@ def cold_start_cmd(
     ] = None,
     timeout_s: Annotated[float, typer.Option(help="longest wait for ready")] = 120,
     as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+    no_wait: NoWaitOpt = False,
 ) -> None:
     """Native launch → ready against restore → ready of the same initialised copy; the
     speed-up with its CI, restore GB/s against checkpoint bytes (table and PNG)."""
@@ -210,7 +221,7 @@ def cold_start_cmd(
     from tasks.report import cold_start_lines
 
     try:
-        result = cold_start_flow(str(plan), repeats, timeout_s)
+        result = cold_start_flow(str(plan), repeats, timeout_s, wait_for_nodes=not no_wait)
     except CkptPocError as exc:
         _fail(exc)
     if as_json:

@@ -8,7 +8,12 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import failure_reported_as, log_failures, run_name
+from flows.common import (
+    experiment_holding_nodes,
+    failure_reported_as,
+    log_failures,
+    run_name,
+)
 from flows.plan_check import ensure_plan_is_valid
 from tasks.checkpoints import summarise_checkpoints
 from tasks.cold_start import cold_start_gate_checks, plot_restore_throughput, run_cold_start
@@ -20,10 +25,11 @@ from tasks.runctx import make_run_context
 
 @task(name="time_native_and_restored_starts", cache_policy=NO_CACHE)
 def time_native_and_restored_starts(
-    plan: Plan, plan_path: str, repeats: int | None, timeout_s: float
+    plan: Plan, plan_path: str, repeats: int | None, timeout_s: float, wait_for_nodes: bool
 ) -> dict[str, Any]:
     ctx = make_run_context(plan, plan_path, stage="cold_start")
-    run = run_cold_start(plan, ctx, repeats=repeats, timeout_s=timeout_s)
+    with experiment_holding_nodes(plan, ctx, wait_for_nodes):
+        run = run_cold_start(plan, ctx, repeats=repeats, timeout_s=timeout_s)
     log_failures(run.failures, "start")
     files = write_and_gate(run.trials, ctx, "cold_start", cold_start_gate_checks(run.trials, plan))
     plot = plot_restore_throughput(run.trials, run.summary, run.run_dir / "restore-throughput.png")
@@ -55,13 +61,18 @@ def time_native_and_restored_starts(
 
 @flow(name="cold_start", flow_run_name=run_name("cold start"))
 def cold_start(
-    plan_path: str, repeats: int | None = None, timeout_s: float = 120
+    plan_path: str,
+    repeats: int | None = None,
+    timeout_s: float = 120,
+    wait_for_nodes: bool = True,
 ) -> dict[str, Any]:
     """Native launch → ready against CRIU restore → ready of the same initialised copy;
     every start a row in `trials`, gated; the speed-up with its CI, and restore GB/s."""
     plan = ensure_plan_is_valid(plan_path)
     with failure_reported_as("cold-start-report", "Cold start"):
-        result = time_native_and_restored_starts(plan, plan_path, repeats, timeout_s)
+        result = time_native_and_restored_starts(
+            plan, plan_path, repeats, timeout_s, wait_for_nodes
+        )
     create_markdown_artifact(
         key="cold-start-report",
         markdown=cold_start_markdown(result),

@@ -13,6 +13,10 @@ from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from tasks.errors import CkptPocError
+from tasks.locks import hold_nodes
+from tasks.plan import Plan
+from tasks.runctx import RunContext
+from tasks.runs import forget_if_empty
 
 
 def _poc_of(plan_path: str) -> str:
@@ -65,4 +69,26 @@ def failure_reported_as(key: str, title: str) -> Iterator[None]:
             markdown=f"# {title}: no result\n\n```\n{exc}\n```",
             description=f"{title}: the run failed before its report",
         )
+        raise
+
+
+@contextlib.contextmanager
+def experiment_holding_nodes(plan: Plan, ctx: RunContext, wait: bool) -> Iterator[None]:
+    """Run an experiment holding the plan's nodes (tasks.locks): a second run waits, saying
+    for whom, or refuses when ``wait`` is False. A run that fails before writing anything
+    leaves no live marker behind."""
+    logger = get_run_logger()
+    try:
+        with hold_nodes(
+            plan.cluster.kind,
+            list(plan.cluster.nodes),
+            poc=ctx.poc,
+            run_id=ctx.run_id,
+            stage=ctx.stage,
+            wait=wait,
+            notify=logger.warning,
+        ):
+            yield
+    except CkptPocError:
+        forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)
         raise

@@ -8,7 +8,12 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import failure_reported_as, log_failures, run_name
+from flows.common import (
+    experiment_holding_nodes,
+    failure_reported_as,
+    log_failures,
+    run_name,
+)
 from flows.plan_check import ensure_plan_is_valid
 from tasks.checkpoints import summarise_checkpoints
 from tasks.experiments import write_and_gate
@@ -24,10 +29,11 @@ from tasks.runctx import make_run_context
 
 @task(name="time_interleaved_runs", cache_policy=NO_CACHE)
 def time_interleaved_runs(
-    plan: Plan, plan_path: str, pairs: int | None, timeout_s: float
+    plan: Plan, plan_path: str, pairs: int | None, timeout_s: float, wait_for_nodes: bool
 ) -> dict[str, Any]:
     ctx = make_run_context(plan, plan_path, stage="overhead")
-    run = run_overhead(plan, ctx, pairs=pairs, timeout_s=timeout_s)
+    with experiment_holding_nodes(plan, ctx, wait_for_nodes):
+        run = run_overhead(plan, ctx, pairs=pairs, timeout_s=timeout_s)
     log_failures(run.failures, "run")
     files = write_and_gate(
         run.trials, ctx, "overhead", overhead_gate_checks(run.trials, plan, run.events)
@@ -48,12 +54,17 @@ def time_interleaved_runs(
 
 
 @flow(name="overhead", flow_run_name=run_name("overhead"))
-def overhead(plan_path: str, pairs: int | None = None, timeout_s: float = 600) -> dict[str, Any]:
+def overhead(
+    plan_path: str,
+    pairs: int | None = None,
+    timeout_s: float = 600,
+    wait_for_nodes: bool = True,
+) -> dict[str, Any]:
     """Interleaved A B B A runs of the plan's workload, managed vs unmanaged: steady state,
     then while checkpointed at the plan's interval; every run a row in `trials`, gated."""
     plan = ensure_plan_is_valid(plan_path)
     with failure_reported_as("overhead-report", "Steady-state overhead"):
-        result = time_interleaved_runs(plan, plan_path, pairs, timeout_s)
+        result = time_interleaved_runs(plan, plan_path, pairs, timeout_s, wait_for_nodes)
     create_markdown_artifact(
         key="overhead-report",
         markdown=overhead_markdown(result),

@@ -8,7 +8,12 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import failure_reported_as, log_failures, run_name
+from flows.common import (
+    experiment_holding_nodes,
+    failure_reported_as,
+    log_failures,
+    run_name,
+)
 from flows.plan_check import ensure_plan_is_valid
 from tasks.plan import Plan
 from tasks.recovery import (
@@ -22,10 +27,11 @@ from tasks.runctx import make_run_context
 
 @task(name="inject_faults_and_recover", cache_policy=NO_CACHE)
 def inject_faults_and_recover(
-    plan: Plan, plan_path: str, timeout_s: float, fault_step: int | None
+    plan: Plan, plan_path: str, timeout_s: float, fault_step: int | None, wait_for_nodes: bool
 ) -> dict[str, Any]:
     ctx = make_run_context(plan, plan_path, stage="recovery")
-    run = run_recovery(plan, ctx, fault_step=fault_step, timeout_s=timeout_s)
+    with experiment_holding_nodes(plan, ctx, wait_for_nodes):
+        run = run_recovery(plan, ctx, fault_step=fault_step, timeout_s=timeout_s)
     log_failures(run.failures, "trial")
     files = write_and_gate(run, plan, ctx)
     trials = run.trials
@@ -45,13 +51,16 @@ def inject_faults_and_recover(
 
 @flow(name="recovery", flow_run_name=run_name("recovery"))
 def recovery(
-    plan_path: str, timeout_s: float = 120, fault_step: int | None = None
+    plan_path: str,
+    timeout_s: float = 120,
+    fault_step: int | None = None,
+    wait_for_nodes: bool = True,
 ) -> dict[str, Any]:
     """Each of the plan's faults, `repeats` times, on the unmanaged then the managed copy:
     recovery time and work lost per trial in `trials`, gated, then summarised per fault."""
     plan = ensure_plan_is_valid(plan_path)
     with failure_reported_as("recovery-report", "Recovery after real faults"):
-        result = inject_faults_and_recover(plan, plan_path, timeout_s, fault_step)
+        result = inject_faults_and_recover(plan, plan_path, timeout_s, fault_step, wait_for_nodes)
     create_table_artifact(
         key="recovery-summary",
         table=recovery_rows(result),

@@ -8,7 +8,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from flows.common import run_name
+from flows.common import experiment_holding_nodes, run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.engine import ensure_engine_supports, run_side_by_side
 from tasks.plan import Plan
@@ -16,20 +16,25 @@ from tasks.runctx import make_run_context
 
 
 @task(name="run_managed_and_unmanaged", cache_policy=NO_CACHE)
-def run_managed_and_unmanaged(plan: Plan, plan_path: str, timeout_s: float) -> dict[str, Any]:
+def run_managed_and_unmanaged(
+    plan: Plan, plan_path: str, timeout_s: float, wait_for_nodes: bool
+) -> dict[str, Any]:
     ensure_engine_supports(plan)
     ctx = make_run_context(plan, plan_path, stage="side_by_side")
-    summary = run_side_by_side(plan, ctx, timeout_s=timeout_s).summary()
+    with experiment_holding_nodes(plan, ctx, wait_for_nodes):
+        summary = run_side_by_side(plan, ctx, timeout_s=timeout_s).summary()
     ctx.commit()  # its events are written: the run is complete
     return summary
 
 
 @flow(name="side_by_side", flow_run_name=run_name("side by side"))
-def side_by_side(plan_path: str, timeout_s: float = 300) -> dict[str, Any]:
+def side_by_side(
+    plan_path: str, timeout_s: float = 300, wait_for_nodes: bool = True
+) -> dict[str, Any]:
     """Both copies of the plan's workload, CRIU checkpoints on the managed one, every event
     in the `events` dataset."""
     plan = ensure_plan_is_valid(plan_path)
-    summary = run_managed_and_unmanaged(plan, plan_path, timeout_s)
+    summary = run_managed_and_unmanaged(plan, plan_path, timeout_s, wait_for_nodes)
     lines = ["# Side by side", "", "| arm | slot | last step | exited |", "|---|---|---:|---|"]
     for arm, r in summary["arms"].items():
         lines.append(f"| {arm} | {r['slot']} | {r['last_step']} | {r['exited']} |")

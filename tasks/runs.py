@@ -244,3 +244,12 @@ def status_summary(data_dir: str | Path, poc: str) -> dict[str, Any]:
         ],
         "stale_tmp_files": [str(p) for p in stale_tmp_files(data_dir, poc)],
     }
+
+
+def forget_if_empty(data_dir: str | Path, poc: str, run_id: str) -> bool:
+    """A run that ended on an error before writing anything (a busy node, a workload that
+    does not start) leaves nothing to report: drop its live marker. True if dropped."""
+    if run_files(data_dir, poc, run_id):
+        return False
+    (poc_dir(data_dir, poc) / LIVE / f"{run_id}.json").unlink(missing_ok=True)
+    return True
