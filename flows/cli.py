@@ -7,6 +7,7 @@ ephemeral local server for the run.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import sys
@@ -18,6 +19,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from tasks.accounting import KEY_ENV
 from tasks.errors import CkptPocError, PlanError
@@ -25,7 +27,8 @@ from tasks.errors import CkptPocError, PlanError
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 plan_app = typer.Typer(no_args_is_help=True, help="Check PoC plans.")
 app.add_typer(plan_app, name="plan")
-err = Console(stderr=True)
+# Errors are never wrapped (a log or a CI page has its own width); tables still fit.
+err = Console(stderr=True, soft_wrap=True)
 # Piped into a log, rich would wrap tables at 80 columns; a log has room for their width.
 out = Console() if Console().is_terminal else Console(width=160)
 
@@ -40,25 +43,84 @@ NoWaitOpt = Annotated[
 ]
 
 
+class _TerminalNoise(logging.Filter):
+    """On the terminal, a failed run's error is printed once, by the command; Prefect's own
+    "Finished in state Failed(...)" and exception lines still reach the UI (API handler).
+    A "View at" link to the command's own server is dropped too: it has no UI, and is gone
+    when the command ends."""
+
+    def __init__(self, own_server: bool) -> None:
+        super().__init__()
+        self.own_server = own_server
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.INFO or not record.name.startswith("prefect."):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        message = record.getMessage()
+        return not (
+            isinstance(exc, CkptPocError)
+            or message.startswith("Finished in state Failed(")
+            or message.startswith(("Task run failed with exception:", "Encountered exception"))
+            or (self.own_server and message.startswith("View at "))
+        )
+
+
+def _flows_ready() -> None:
+    """Before a command's first flow: a Prefect API (PREFECT_API_URL, else the command's
+    own server, flows/server.py) and a terminal that shows each error once."""
+    from flows.server import ensure_prefect_api, server_pid
+
+    try:
+        ensure_prefect_api()
+    except CkptPocError as exc:
+        _fail(exc)
+    from prefect.logging.handlers import PrefectConsoleHandler
+
+    # Prefect builds its console handlers anew whenever it reconfigures logging, so the
+    # filter goes on the class (in this CLI process only), not on one handler object.
+    if not getattr(PrefectConsoleHandler, "_ckpt_poc_quiet", False):
+        quiet = _TerminalNoise(own_server=server_pid() is not None)
+        shown = PrefectConsoleHandler.filter
+        PrefectConsoleHandler.filter = lambda self, record: bool(  # type: ignore[method-assign]
+            shown(self, record) and quiet.filter(record)
+        )
+        PrefectConsoleHandler._ckpt_poc_quiet = True  # type: ignore[attr-defined]
+
+
 def _fail(exc: CkptPocError) -> None:
     if isinstance(exc, PlanError):
         err.print(f"[bold red]plan {exc.path} has {len(exc.problems)} problem(s):[/]")
         for problem in exc.problems:
             err.print(f"  {problem}", markup=False, highlight=False)
     else:
-        err.print(f"[bold red]error:[/] {exc}", highlight=False)
+        # The message is text, not markup: "[fault,arm]" in a gate's name must survive.
+        err.print(Text.assemble(("error: ", "bold red"), str(exc)), highlight=False)
     raise typer.Exit(1)
 
 
 @plan_app.command("check")
 def plan_check_cmd(plan: PlanArg) -> None:
     """Validate a plan: exit 0, or 1 listing every problem as file:line: field: message."""
-    from flows.plan_check import plan_check
+    if os.environ.get("PREFECT_API_URL"):
+        from flows.plan_check import plan_check  # a real server: the check shows in its UI
 
-    try:
-        info = plan_check(str(plan))
-    except CkptPocError as exc:
-        _fail(exc)
+        try:
+            info = plan_check(str(plan))
+        except CkptPocError as exc:
+            _fail(exc)
+    else:  # reading a file needs no Prefect server start-up: answer at once
+        from tasks.plan import load_plan
+
+        try:
+            loaded = load_plan(plan)
+        except CkptPocError as exc:
+            _fail(exc)
+        info = {
+            "poc": loaded.poc,
+            "cluster": loaded.cluster.kind,
+            "checkpointer": loaded.checkpointer.kind,
+        }
     out.print(
         f"[green]plan {plan} is valid[/]: poc={info['poc']} cluster={info['cluster']} "
         f"checkpointer={info['checkpointer']}"
@@ -93,6 +155,7 @@ def _run_baseline(
     dask: bool | None,
     delimiter: str | None,
 ) -> None:
+    _flows_ready()
     from flows.baseline import baseline as baseline_flow
     from tasks.report import candidates_table, exposure_table
 
@@ -124,6 +187,7 @@ def side_by_side_cmd(
     no_wait: NoWaitOpt = False,
 ) -> None:
     """Run the plan's workload as a managed (CRIU) and an unmanaged copy, one clock."""
+    _flows_ready()
     from flows.side_by_side import side_by_side
 
     try:
@@ -162,6 +226,7 @@ def recovery(
 ) -> None:
     """Inject the plan's faults into the unmanaged, then the managed copy; recover both;
     every trial → `trials`, gated, summarised per fault with the plan's verdicts."""
+    _flows_ready()
     from flows.recovery import recovery as recovery_flow
     from tasks.report import recovery_table, recovery_verdicts
 
@@ -191,6 +256,7 @@ def overhead(
 ) -> None:
     """Steady-state overhead (interleaved A B B A runs, no checkpoint in the timed span) and,
     apart, the cost of checkpointing at the plan's interval; paired statistics, verdict."""
+    _flows_ready()
     from flows.overhead import overhead as overhead_flow
     from tasks.report import checkpoint_lines, overhead_lines
 
@@ -217,6 +283,7 @@ def cold_start_cmd(
 ) -> None:
     """Native launch → ready against restore → ready of the same initialised copy; the
     speed-up with its CI, restore GB/s against checkpoint bytes (table and PNG)."""
+    _flows_ready()
     from flows.cold_start import cold_start as cold_start_flow
     from tasks.report import cold_start_lines
 
