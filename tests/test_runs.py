@@ -153,3 +153,58 @@ def test_a_commit_lists_the_runs_files(tmp_path: Path, outcome: str) -> None:
     assert record["outcome"] == outcome and record["stage"] == "overhead"
     assert record["files"] == [str(f.relative_to(ctx.data_dir / ctx.poc)) for f in files]
     assert not (ctx.data_dir / ctx.poc / "_live" / f"{ctx.run_id}.json").exists()
+
+
+def test_the_readme_recipe_reads_committed_runs_only(tmp_path: Path) -> None:
+    """The pandas and DuckDB recipe in the README, run as written, on a committed and an
+    uncommitted run."""
+    import re
+
+    from tasks.datasets import TRIALS, read_dataset
+
+    readme = (REPO / "README.md").read_text()
+    recipe = re.search(
+        r"without this package \(pandas or DuckDB.*?```python\n(.*?)```", readme, re.S
+    )
+    assert recipe, "the README lost its reading recipe"
+    data = tmp_path / "data"
+    plan = load_plan(DEMO).model_copy(update={"data_dir": str(data)})
+    trials = _trial_rows(plan)
+    for run_id, commit in (("run-done", True), ("run-killed", False)):
+        ctx = make_run_context(plan, DEMO, run_id=run_id, stage="recovery")
+        rows = trials.assign(run_id=run_id)
+        write_dataset(rows, TRIALS, data_dir=data, poc="demo", run_id=run_id)
+        if commit:
+            ctx.commit()
+    scope: dict = {"DATA": str(data / "demo")}
+    exec(recipe.group(1), scope)  # the README's own code, on test data
+    assert set(scope["trials"]["run_id"]) == {"run-done"}
+    assert set(scope["trials_db"]["run_id"]) == {"run-done"}
+    assert len(scope["trials"]) == len(read_dataset(TRIALS, data_dir=data, poc="demo"))
+
+
+def _trial_rows(plan):
+    import datetime as dt
+
+    import pandas as pd
+
+    from tasks.datasets import TRIALS
+    from tasks.fingerprint import collect_fingerprint
+
+    row = {c: None for c in TRIALS.column_names}
+    row.update(
+        poc="demo",
+        measure="recovery",
+        trial_id="sigkill-0",
+        arm="managed",
+        status="ok",
+        repeat=0,
+        gpus=1,
+        gpus_from="plan",
+        clock="fault_injected→serving_again",
+        workload_hash="abc",
+        nodes="local-a",
+        started_at=dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC),
+        **collect_fingerprint(),
+    )
+    return pd.DataFrame([row, {**row, "arm": "unmanaged"}])
