@@ -58,9 +58,11 @@ def await_first_sign(
     timeout_s: float,
     what: str,
     slice_s: float = 0.1,
+    after_offset: int = 0,
 ) -> PreflightResult:
-    """Wait for the workload's first progress line (or its ready probe) while ``alive()``;
-    raise WorkloadDoesNotStart with the log's tail when it exits or stays silent."""
+    """Wait for the workload's first progress line past ``after_offset`` in its log (what
+    an earlier copy wrote does not count) or its ready probe, while ``alive()``; raise
+    WorkloadDoesNotStart with the log's tail when it exits or stays silent."""
     t0 = time.monotonic()
     deadline = t0 + timeout_s
     ready = plan.workload.ready_probe
@@ -76,9 +78,10 @@ def await_first_sign(
         try:
             seen = None
             while seen is None and time.monotonic() < deadline:
-                seen = probe.wait_for(lambda s: True, slice_s)
+                seen = probe.wait_for(lambda s: s.offset > after_offset, slice_s)
                 if seen is None and not alive():
-                    seen = probe.wait_for(lambda s: True, 0.3)  # lines written before the end
+                    # Lines written just before the end.
+                    seen = probe.wait_for(lambda s: s.offset > after_offset, 0.3)
                     break
             if seen is not None:
                 return PreflightResult(time.monotonic() - t0, f"progress step {seen.step}", log)
@@ -105,10 +108,13 @@ def preflight_local(
     copy_dir = run_folder(ctx) / TRIAL
     copy_dir.mkdir(parents=True, exist_ok=True)
     argv = copy_argv(plan.workload.command or [], copy_dir)
-    proc = cluster.start(plan.cluster.nodes[0], TRIAL, argv, tag=TRIAL)
+    slot = plan.cluster.nodes[0]
+    log = cluster.log_path(slot, TRIAL, TRIAL)
+    before = log.stat().st_size if log.exists() else 0  # logs are appended to
+    proc = cluster.start(slot, TRIAL, argv, tag=TRIAL)
     try:
         what = " ".join(resolve_workload_argv(argv))
-        return await_first_sign(plan, proc.log, proc.alive, timeout_s, what)
+        return await_first_sign(plan, proc.log, proc.alive, timeout_s, what, after_offset=before)
     finally:
         cluster.kill(proc)
         cluster.wait_gone(proc)
