@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.baseline import BaselineResult, run_baseline
+from tasks.errors import GateFailed
 from tasks.plan import Plan
 from tasks.report import baseline_markdown, exposure_rows
 from tasks.runctx import make_run_context
@@ -22,16 +23,24 @@ def measure_exposure(
     live: bool,
     use_dask: bool | None,
     delimiter: str | None,
+    sacct_format: str | None = None,
 ) -> BaselineResult:
-    ctx = make_run_context(plan, plan_path)
-    return run_baseline(
-        plan,
-        ctx,
-        sacct_file=sacct_file,
-        live=live,
-        use_dask=use_dask,
-        delimiter=delimiter.encode() if delimiter else None,
-    )
+    ctx = make_run_context(plan, plan_path, stage="baseline")
+    try:
+        result = run_baseline(
+            plan,
+            ctx,
+            sacct_file=sacct_file,
+            live=live,
+            use_dask=use_dask,
+            delimiter=delimiter.encode() if delimiter else None,
+            sacct_format=sacct_format,
+        )
+    except GateFailed as exc:
+        ctx.commit(f"refused: gate {exc.gate!r} failed")  # its gate rows are the record
+        raise
+    ctx.commit()  # jobs, quarantine, exposure and gates are all written: visible now
+    return result
 
 
 def publish_exposure(result: BaselineResult) -> None:
@@ -56,9 +65,14 @@ def baseline(
     live: bool = False,
     use_dask: bool | None = None,
     delimiter: str | None = None,
+    sacct_format: str | None = None,
 ) -> BaselineResult:
-    """Accounting history → validated `jobs`, `exposure`, `quarantine` datasets and a summary."""
+    """Accounting history → validated `jobs`, `exposure`, `quarantine` datasets and a summary.
+
+    ``delimiter``: the dump's, when its header does not show it; ``sacct_format``: the
+    fields a header-less dump was taken with (sacct's --format syntax, e.g. JobID,State).
+    """
     plan = ensure_plan_is_valid(plan_path)
-    result = measure_exposure(plan, plan_path, sacct_file, live, use_dask, delimiter)
+    result = measure_exposure(plan, plan_path, sacct_file, live, use_dask, delimiter, sacct_format)
     publish_exposure(result)
     return result

@@ -120,11 +120,13 @@ def plan_check_cmd(plan: PlanArg) -> None:
             "poc": loaded.poc,
             "cluster": loaded.cluster.kind,
             "checkpointer": loaded.checkpointer.kind,
+            "warnings": list(loaded.check_warnings),
         }
     out.print(
         f"[green]plan {plan} is valid[/]: poc={info['poc']} cluster={info['cluster']} "
         f"checkpointer={info['checkpointer']}"
     )
+    # A skipped cluster check is logged by tasks.plan as it happens (stderr).
 
 
 @app.command()
@@ -138,13 +140,25 @@ def baseline(
     dask: Annotated[
         bool | None, typer.Option("--dask/--no-dask", help="force the out-of-core path")
     ] = None,
-    delimiter: Annotated[str | None, typer.Option(help="the dump's delimiter if not '|'")] = None,
+    delimiter: Annotated[
+        str | None,
+        typer.Option(help="the dump's delimiter, if its header does not show it or not '|'"),
+    ] = None,
+    sacct_format: Annotated[
+        str | None,
+        typer.Option(
+            "--format",
+            metavar="FIELDS",
+            help="the fields a header-less dump was taken with, as sacct's --format "
+            "(comma-separated: JobID,State,Elapsed,AllocTRES,…)",
+        ),
+    ] = None,
 ) -> None:
     """Baseline exposure from accounting history → jobs, exposure, quarantine datasets."""
     if live and sacct_file:
         err.print("[red]give --live or --sacct-file, not both[/]")
         raise typer.Exit(2)
-    _run_baseline(plan, sacct_file, live, as_json, dask, delimiter)
+    _run_baseline(plan, sacct_file, live, as_json, dask, delimiter, sacct_format)
 
 
 def _run_baseline(
@@ -154,6 +168,7 @@ def _run_baseline(
     as_json: bool,
     dask: bool | None,
     delimiter: str | None,
+    sacct_format: str | None = None,
 ) -> None:
     _flows_ready()
     from flows.baseline import baseline as baseline_flow
@@ -161,7 +176,12 @@ def _run_baseline(
 
     try:
         result = baseline_flow(
-            str(plan), str(sacct_file) if sacct_file else None, live, dask, delimiter
+            str(plan),
+            str(sacct_file) if sacct_file else None,
+            live,
+            dask,
+            delimiter,
+            sacct_format,
         )
     except CkptPocError as exc:
         _fail(exc)
@@ -324,7 +344,8 @@ def _plan_data(plan: Path) -> tuple[Path, str]:
     from tasks.plan import load_plan
 
     try:
-        loaded = load_plan(plan)
+        # No sinfo round trip: these commands only read the data folder.
+        loaded = load_plan(plan, check_cluster=False)
     except CkptPocError as exc:
         _fail(exc)
     return Path(loaded.data_dir), loaded.poc

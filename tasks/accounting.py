@@ -54,8 +54,12 @@ SACCT_FIELDS = (
     "AllocTRES",
     "NodeList",
 )
-# Normalised Slurm job states (``CANCELLED by N`` becomes CANCELLED).
-SLURM_STATES = (
+# Older and requested forms of the GPU count, read when a dump has them (see GPU_SOURCES).
+OLDER_GPU_FIELDS = ("AllocGRES", "ReqTRES", "ReqGRES")
+# The fields ckpt-poc reads from a dump; any other field a site dumps is carried, not read.
+KNOWN_FIELDS = (*SACCT_FIELDS, *OLDER_GPU_FIELDS)
+# The job states sacct documents (``CANCELLED by N`` is normalised to CANCELLED).
+DOCUMENTED_STATES = (
     "BOOT_FAIL",
     "CANCELLED",
     "COMPLETED",
@@ -72,17 +76,40 @@ SLURM_STATES = (
     "SUSPENDED",
     "TIMEOUT",
 )
-REQUIRED_FIELDS = (
-    "JobID",
-    "User",
-    "Account",
-    "JobName",
-    "State",
-    "Submit",
-    "Start",
-    "End",
-    "AllocTRES",
-)
+# A state sacct does not document (a site's plugin, a newer Slurm) is kept, not quarantined:
+# its row's ``state`` is UNKNOWN and its name stays in ``state_raw``, under which exposure
+# counts it. These are the values the jobs dataset's ``state`` column may take.
+UNKNOWN_STATE = "UNKNOWN"
+SLURM_STATES = (*DOCUMENTED_STATES, UNKNOWN_STATE)
+# What a dump must have at all: state counts need only the job id and the state.
+JOB_ID_FIELDS = ("JobID", "JobIDRaw")
+# What each measure needs besides that, as alternatives per need; a measure whose needs a
+# dump lacks is reported as not computed (``not_computed``), never as zero.
+_ELAPSED = ("ElapsedRaw", "Elapsed")
+_GPUS_ALLOCATED = ("AllocTRES", "AllocGRES")
+MEASURE_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "node_hours_by_state": (_ELAPSED, ("NNodes", "AllocTRES")),
+    "gpu_hours_by_state": (_ELAPSED, _GPUS_ALLOCATED),
+    "exposed_gpu_hours": (_ELAPSED, _GPUS_ALLOCATED),
+    "timeout_gpu_hours": (_ELAPSED, _GPUS_ALLOCATED),
+    "chains": (("User",), ("Account",), ("JobName",), ("Submit",), ("End",)),
+    "candidates": (("Account",), ("JobName",)),
+}
+# Where a row's GPU count comes from, in this order: what was allocated (AllocTRES, or the
+# AllocGRES of Slurm before 17.11), else, for a row where nothing was allocated yet, what
+# was requested. Reports say which sources the counts came from.
+GPU_SOURCES = ("AllocTRES", "AllocGRES", "ReqTRES", "ReqGRES")
+GPU_SOURCE_LABELS = {
+    "AllocTRES": "allocated (AllocTRES)",
+    "AllocGRES": "allocated (AllocGRES, older Slurm)",
+    "ReqTRES": "requested (ReqTRES: nothing allocated yet)",
+    "ReqGRES": "requested (ReqGRES, older Slurm: nothing allocated yet)",
+    "none": "no GPU field given",
+}
+# Accounting dates outside these bounds are damage, not history (Slurm dates from 2002).
+# Fixed, not relative to today, so a dump parses the same whenever it is read.
+PLAUSIBLE_FROM = dt.datetime(2000, 1, 1)
+PLAUSIBLE_UNTIL = dt.datetime(2100, 1, 1)
 
 BLOCK_BYTES = 32 << 20
 KEY_ENV = "CKPT_POC_PSEUDONYM_KEY"
@@ -108,6 +135,20 @@ class ParsedBlock:
     jobs: pa.Table  # canonical columns (see JOB_COLUMNS), no run stamp yet
     quarantine: list[Quarantined] = field(default_factory=list)
     rows_read: int = 0
+    fields: tuple[str, ...] = ()  # the known fields the dump has (see not_computed)
+    # Parsed allocation rows per source of their GPU count (GPU_SOURCES, or "none").
+    gpu_sources: dict[str, int] = field(default_factory=dict)
+
+
+def not_computed(fields: Sequence[str]) -> dict[str, str]:
+    """Measure → "the dump lacks X, Y" for each measure the dump's fields cannot give."""
+    have = set(fields)
+    out = {}
+    for measure, needs in MEASURE_NEEDS.items():
+        lacking = [" or ".join(alts) for alts in needs if not have.intersection(alts)]
+        if lacking:
+            out[measure] = f"the dump lacks {', '.join(lacking)}"
+    return out
 
 
 # The columns the parser produces; the jobs dataset adds the run stamp and fingerprint.
@@ -245,20 +286,30 @@ _TRES_TYPE = pa.struct(
         ("nodes", pa.int64()),
         ("cpus", pa.int64()),
         ("mem", pa.int64()),
+        ("given", pa.bool_()),
         ("bad", pa.bool_()),
     ]
 )
+# sacct's spellings of "nothing here" in a TRES or GRES field.
+_NO_RESOURCES = ("", "(null)", "N/A")
 
 
 def parse_tres(raw: bytes | str | None) -> dict[str, Any]:
-    """AllocTRES → gpus, nodes, cpus, mem bytes.
+    """AllocTRES (or ReqTRES) → gpus, nodes, cpus, mem bytes, and whether it was given.
 
     GPUs: the untyped ``gres/gpu=N`` when present, else the sum of typed ``gres/gpu:T=N``
     (Slurm lists both together; adding all of them double-counts).
     """
     text = _text(raw)
-    out: dict[str, Any] = {"gpus": 0, "nodes": None, "cpus": None, "mem": None, "bad": False}
-    if not text:
+    out: dict[str, Any] = {
+        "gpus": 0,
+        "nodes": None,
+        "cpus": None,
+        "mem": None,
+        "given": text not in _NO_RESOURCES,
+        "bad": False,
+    }
+    if not out["given"]:
         return out
     untyped, typed = None, 0
     for item in text.split(","):
@@ -289,13 +340,65 @@ def parse_tres(raw: bytes | str | None) -> dict[str, Any]:
     return out
 
 
+_GRES_TYPE = pa.struct([("gpus", pa.int64()), ("given", pa.bool_()), ("bad", pa.bool_())])
+_GRES_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+
+
+def parse_gres(raw: bytes | str | None) -> dict[str, Any]:
+    """AllocGRES / ReqGRES of Slurm before 17.11 → the job's GPUs, and whether it was given.
+
+    Entries are ``name[:type][:count]`` (``gpu:2``, ``gpu:tesla:2``, ``gpu`` for one), with an
+    optional ``(IDX:0-1)`` suffix, comma-separated. AllocGRES holds the job's total (Slurm
+    multiplied the per-node count by the node count when it wrote it). As with TRES, the
+    untyped entry wins over typed ones when both are listed.
+    """
+    text = _text(raw).strip()
+    out: dict[str, Any] = {"gpus": 0, "given": text not in _NO_RESOURCES, "bad": False}
+    if not out["given"]:
+        return out
+    untyped, typed = None, 0
+    for item in re.sub(r"\([^)]*\)", "", text).split(","):  # IDX lists hold commas too
+        parts = item.strip().split(":")
+        if parts[0].startswith("gres/"):
+            parts[0] = parts[0][len("gres/") :]
+        elif parts[0] == "gres" and len(parts) > 1:
+            parts = parts[1:]
+        name, rest = parts[0], parts[1:]
+        if not _GRES_NAME_RE.match(name) or len(rest) > 2:
+            out["bad"] = True
+            continue
+        if name != "gpu":
+            continue
+        if not rest:
+            untyped = 1
+        elif len(rest) == 1 and rest[0].isdigit():
+            untyped = int(rest[0])
+        elif len(rest) == 1:
+            typed += 1
+        elif rest[1].isdigit():
+            typed += int(rest[1])
+        else:
+            out["bad"] = True
+    out["gpus"] = untyped if untyped is not None else typed
+    return out
+
+
 _STATE_TYPE = pa.struct([("state", pa.string()), ("bad", pa.bool_())])
-_KNOWN_STATES = frozenset(SLURM_STATES)
+_KNOWN_STATES = frozenset(DOCUMENTED_STATES)
+_STATE_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def normalise_state(raw: str | bytes | None) -> str:
+    """The state's name: ``CANCELLED by 1234`` → CANCELLED, ``RUNNING+`` → RUNNING."""
+    return _text(raw).strip().split(" ", 1)[0].rstrip("+")
 
 
 def _parse_state(raw: str | bytes | None) -> dict[str, Any]:
-    state = _text(raw).strip().split(" ", 1)[0].rstrip("+")  # "CANCELLED by 1234"
-    return {"state": state, "bad": state not in _KNOWN_STATES}
+    state = normalise_state(raw)
+    if state in _KNOWN_STATES:
+        return {"state": state, "bad": False}
+    # Not documented by sacct but shaped like a state: kept, as UNKNOWN (see UNKNOWN_STATE).
+    return {"state": UNKNOWN_STATE, "bad": not _STATE_NAME_RE.match(state)}
 
 
 _EXIT_TYPE = pa.struct([("code", pa.int64()), ("signal", pa.int64()), ("bad", pa.bool_())])
@@ -327,7 +430,7 @@ def _parse_int(raw: str | bytes | None) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class DumpLayout:
-    """How a dump's fields map onto ours: the header's column order (or our --format)."""
+    """How a dump's fields map onto ours: its header's column order, or --format's."""
 
     names: tuple[str, ...]  # canonical field name per input column ("" for unknown ones)
     delimiter: bytes
@@ -338,41 +441,150 @@ class DumpLayout:
     def n_fields(self) -> int:
         return len(self.names) + (1 if self.trailing_delimiter else 0)
 
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The known fields this dump has."""
+        return tuple(n for n in self.names if n)
 
-def detect_layout(first_line: bytes, source: str, delimiter: bytes | None = None) -> DumpLayout:
-    """Work out header, delimiter and trailing delimiter from the first non-empty line."""
+    @property
+    def job_id_field(self) -> str:
+        """JobID, or JobIDRaw in a dump without JobID."""
+        return "JobID" if "JobID" in self.names else "JobIDRaw"
+
+
+_CANONICAL = {f.lower(): f for f in KNOWN_FIELDS}
+_FIELD_NAME_RE = re.compile(r"^[A-Za-z]+$")  # every sacct field name is letters only
+# sacct's --format item: a field name, optionally with a column width (JobID%20).
+_FORMAT_ITEM_RE = re.compile(r"^([A-Za-z]+)(?:%-?\d+)?$")
+# The run of non-letters after a header's first field name is the header's delimiter.
+_HEADER_DELIMITER_RE = re.compile(r"^[A-Za-z]+([^A-Za-z]+)[A-Za-z]")
+
+
+def parse_format(text: str) -> tuple[str, ...]:
+    """sacct's ``--format`` syntax (``JobID,State%20,…``, any case) → the field names as given."""
+    names = []
+    for i, item in enumerate(text.split(","), 1):
+        m = _FORMAT_ITEM_RE.match(item.strip())
+        if not m:
+            raise AccountingError(
+                f"--format {text!r}: field {i} ({item.strip()!r}) is not a sacct field name "
+                "(--format takes comma-separated names such as JobID,State,AllocTRES)"
+            )
+        names.append(m.group(1))
+    return tuple(names)
+
+
+def _canonical(names: Sequence[str]) -> tuple[str, ...]:
+    """Our spelling of each known field, "" for the rest (a repeat counts once)."""
+    out: list[str] = []
+    for name in names:
+        known = _CANONICAL.get(name.lower(), "")
+        out.append(known if known not in out else "")
+    return tuple(out)
+
+
+def _require_id_and_state(names: Sequence[str], where: str, what: str) -> None:
+    missing = []
+    if not set(names).intersection(JOB_ID_FIELDS):
+        missing.append("JobID (or JobIDRaw)")
+    if "State" not in names:
+        missing.append("State")
+    if missing:
+        raise AccountingError(
+            f"{where}: {what} lacks {' and '.join(missing)}: even state counts need the job "
+            f"id and the state (ckpt-poc's full set: --format={','.join(SACCT_FIELDS)})"
+        )
+
+
+def _looks_like_header(text: str) -> bool:
+    """Field names, whatever the delimiter: no digits (every data row has a job id), and
+    at least one of the names ckpt-poc reads."""
+    if not text[:1].isalpha() or any(c.isdigit() for c in text):
+        return False
+    return any(w.lower() in _CANONICAL for w in re.findall(r"[A-Za-z]+", text))
+
+
+def detect_layout(
+    first_line: bytes,
+    source: str,
+    delimiter: bytes | None = None,
+    sacct_format: str | None = None,
+    line_number: int = 1,
+) -> DumpLayout:
+    """Header, delimiter and trailing delimiter from the first non-empty line.
+
+    A header gives the column order and, unless ``delimiter`` is given, the delimiter (any
+    string sacct's --delimiter took). A header-less dump is in SACCT_FIELDS order unless
+    ``sacct_format`` (sacct's --format syntax) names its columns.
+    """
     line = first_line.rstrip(b"\r\n")
+    where = f"{source}:{line_number}"
+    try:
+        text = line.decode().lstrip("\ufeff \t")  # a byte-order mark is no field name
+    except UnicodeDecodeError:
+        text = ""
+    if _looks_like_header(text):
+        return _header_layout(text, where, delimiter, sacct_format)
     delim = delimiter or (b"^|^" if b"^|^" in line else b"|")
     fields = line.split(delim)
-    trailing = len(fields) > 1 and fields[-1] == b""
+    given = parse_format(sacct_format) if sacct_format else SACCT_FIELDS
+    # sacct -p ends every line with the delimiter too.
+    trailing = len(fields) == len(given) + 1 and fields[-1] == b""
+    if len(fields) - trailing != len(given):
+        shown = delim.decode(errors="replace")
+        if sacct_format:
+            raise AccountingError(
+                f"{where}: the first row has {len(fields)} fields split on {shown!r}, but "
+                f"--format names {len(given)}; give the fields the dump was taken with, in "
+                "its order (and its delimiter with --delimiter)"
+            )
+        raise AccountingError(
+            f"{where}: no header line, and the first row has {len(fields)} fields split on "
+            f"{shown!r}; a header-less dump is read in ckpt-poc's order "
+            f"(--format={','.join(SACCT_FIELDS)}, {len(SACCT_FIELDS)} fields) unless "
+            "--format FIELDS names the fields it was taken with (sacct's --format syntax: "
+            "comma-separated field names), and its delimiter is '|' unless --delimiter says"
+        )
+    names = _canonical(given)
+    _require_id_and_state(names, where, f"--format {sacct_format!r}")
+    return DumpLayout(names, delim, trailing, False)
+
+
+def _header_layout(
+    text: str, where: str, delimiter: bytes | None, sacct_format: str | None
+) -> DumpLayout:
+    if delimiter:
+        delim: str | None = delimiter.decode(errors="replace")
+    else:
+        m = _HEADER_DELIMITER_RE.match(text)
+        delim = m.group(1) if m else None
+    fields = [f.strip() for f in text.split(delim)] if delim else [text.strip()]
+    trailing = len(fields) > 1 and fields[-1] == ""
     if trailing:
         fields = fields[:-1]
-    canonical = {f.lower(): f for f in SACCT_FIELDS}
-    try:
-        texts = [f.decode().strip() for f in fields]
-    except UnicodeDecodeError:
-        texts = []
-    # A header is a row of field names (letters only) that names JobID somewhere.
-    lowered = [t.lower() for t in texts]
-    is_header = bool(texts) and "jobid" in lowered and all(t.isalpha() for t in texts)
-    if is_header:
-        names = tuple(canonical.get(t.lower(), "") for t in texts)
-        missing = [f for f in REQUIRED_FIELDS if f not in names]
-        if "ElapsedRaw" not in names and "Elapsed" not in names:
-            missing.append("ElapsedRaw or Elapsed")
-        if missing:
-            raise AccountingError(
-                f"{source}:1: the header lacks required sacct field(s) {', '.join(missing)}; "
-                f"dump with --format={','.join(SACCT_FIELDS)}"
-            )
-        return DumpLayout(names, delim, trailing, True)
-    if len(fields) != len(SACCT_FIELDS):
+    split_on = repr(delim) if delim else "any delimiter"
+    if len(fields) == 1:
         raise AccountingError(
-            f"{source}:1: no header line, and the first row has {len(fields)} fields; a "
-            f"header-less dump must use --format={','.join(SACCT_FIELDS)} "
-            f"({len(SACCT_FIELDS)} fields)"
+            f"{where}: the first line looks like a header but splits into one field on "
+            f"{split_on} ({text[:80]!r}); give the dump's delimiter with --delimiter"
         )
-    return DumpLayout(SACCT_FIELDS, delim, trailing, False)
+    odd = [f for f in fields if not _FIELD_NAME_RE.match(f)]
+    if odd:
+        raise AccountingError(
+            f"{where}: the first line looks like a header but splitting it on {split_on} "
+            f"gives {odd[0]!r}, which is not a sacct field name; give the dump's delimiter "
+            "with --delimiter"
+        )
+    names = _canonical(fields)
+    _require_id_and_state(names, where, "the header")
+    if sacct_format and [f.lower() for f in parse_format(sacct_format)] != [
+        f.lower() for f in fields
+    ]:
+        raise AccountingError(
+            f"{where}: the header names {','.join(fields)} but --format names "
+            f"{sacct_format}; the header says what the columns are: drop --format"
+        )
+    return DumpLayout(names, (delim or "|").encode(), trailing, True)
 
 
 def _column_names(layout: DumpLayout) -> list[str]:
@@ -380,8 +592,38 @@ def _column_names(layout: DumpLayout) -> list[str]:
     return [*names, "_trailing"] if layout.trailing_delimiter else names
 
 
+# Fields that name people or their work: never written in clear from a quarantined row.
+_IDENTITY_PREFIX = {"User": "user", "Account": "account", "JobName": "name"}
+# Values that cannot name anyone: ids, counts, times, durations, exit codes, sacct's words.
+_PLAIN_VALUE_RE = re.compile(r"^[\d\s:_.+\-\[\]%,T]*$")
+_PLAIN_WORDS = frozenset(("Unknown", "None", "None assigned", "UNLIMITED", "Partition_Limit"))
+
+
+def _is_plain(value: str) -> bool:
+    return (
+        bool(_PLAIN_VALUE_RE.match(value))
+        or value in _PLAIN_WORDS
+        or normalise_state(value) in _KNOWN_STATES
+    )
+
+
+def _misaligned_raw(line: str, layout: DumpLayout, pseudonymiser: Pseudonymiser) -> str:
+    """A line with the wrong field count, fit for the quarantine: its positions cannot be
+    trusted to say which field is the user or the account, so besides the fields at those
+    positions, every field that is not plainly an id, count, time or state becomes a keyed
+    token."""
+    delim = layout.delimiter.decode(errors="replace")
+    out = []
+    for i, value in enumerate(line.split(delim)):
+        name = layout.names[i] if i < len(layout.names) else ""
+        if value and (name in ("User", "Account") or not _is_plain(value)):
+            value = pseudonymiser.token(_IDENTITY_PREFIX.get(name, "field"), value)
+        out.append(value)
+    return delim.join(out)
+
+
 def _classify_lines(
-    block: bytes, layout: DumpLayout, first_line: int
+    block: bytes, layout: DumpLayout, first_line: int, pseudonymiser: Pseudonymiser
 ) -> tuple[list[int], list[Quarantined]]:
     """Slow path for a block with empty or malformed lines: exact line numbers for each row."""
     good: list[int] = []
@@ -399,7 +641,7 @@ def _classify_lines(
                 Quarantined(
                     first_line + i,
                     f"{n} fields, expected {layout.n_fields}",
-                    line.decode("utf-8", "replace"),
+                    _misaligned_raw(line.decode("utf-8", "replace"), layout, pseudonymiser),
                 )
             )
     return good, bad
@@ -476,7 +718,7 @@ def parse_block(
         newlines = bytes(block).count(b"\n")
     n_lines = newlines + (0 if block[-1:] == b"\n" else 1)
     if invalid or table.num_rows != n_lines:
-        good_lines, quarantine = _classify_lines(bytes(block), layout, first_line)
+        good_lines, quarantine = _classify_lines(bytes(block), layout, first_line, pseudonymiser)
         lines = pa.array(good_lines, pa.int64())
     else:
         quarantine = []
@@ -486,7 +728,7 @@ def parse_block(
             f"internal: line classification found {len(lines)} rows, reader {table.num_rows}"
         )
     rows_read = table.num_rows + len(quarantine)
-    jobs, more = _parse_fields(
+    jobs, more, gpu_sources = _parse_fields(
         table.combine_chunks(),
         lines,
         layout,
@@ -495,7 +737,7 @@ def parse_block(
         default_cluster,
     )
     quarantine.extend(more)
-    return ParsedBlock(jobs=jobs, quarantine=quarantine, rows_read=rows_read)
+    return ParsedBlock(jobs, quarantine, rows_read, layout.fields, gpu_sources)
 
 
 def _utf8(col: pa.Array) -> tuple[pa.Array, pa.Array]:
@@ -534,14 +776,26 @@ def _timestamps(col: pa.Array) -> tuple[pa.Array, pa.Array]:
     return pc.cast(parsed, utc), pc.or_(pc.and_(pc.is_null(parsed), pc.invert(absent)), bad_utf8)
 
 
-def _integers(col: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """(int64 or null, bad mask) for a count column given as integers or raw text."""
+def _integers(col: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(int64 or null, not-an-integer mask, negative mask) for a count column given as
+    integers or raw text."""
     if pa.types.is_integer(col.type):
-        return col, pa.repeat(pa.scalar(False), len(col))
+        return col, pa.repeat(pa.scalar(False), len(col)), pc.less(col, 0)
     text = pc.fill_null(_utf8(col)[0], "")
-    ok = pc.match_substring_regex(text, r"^\d{1,15}$")
+    ok = pc.match_substring_regex(text, r"^-?\d{1,15}$")
     values = pc.cast(pc.if_else(ok, text, pa.scalar(None, pa.string())), pa.int64())
-    return values, pc.and_(pc.invert(ok), pc.not_equal(text, ""))
+    return values, pc.and_(pc.invert(ok), pc.not_equal(text, "")), pc.less(values, 0)
+
+
+_PLAUSIBLE = (
+    pa.scalar(PLAUSIBLE_FROM, pa.timestamp("us", tz="UTC")),
+    pa.scalar(PLAUSIBLE_UNTIL, pa.timestamp("us", tz="UTC")),
+)
+
+
+def _implausible(times: pa.Array) -> pa.Array:
+    """Timestamps outside [PLAUSIBLE_FROM, PLAUSIBLE_UNTIL) (null where the time is absent)."""
+    return pc.or_(pc.less(times, _PLAUSIBLE[0]), pc.greater_equal(times, _PLAUSIBLE[1]))
 
 
 def _parse_fields(
@@ -551,7 +805,8 @@ def _parse_fields(
     pseudonymiser: Pseudonymiser,
     pseudonymise_job_names: bool,
     default_cluster: str,
-) -> tuple[pa.Table, list[Quarantined]]:
+) -> tuple[pa.Table, list[Quarantined], dict[str, int]]:
+    """Every field of a block's rows → (job rows, quarantined rows, GPU sources counted)."""
     n = table.num_rows
     empty = pa.nulls(n, pa.binary())
 
@@ -577,10 +832,11 @@ def _parse_fields(
         return parsed
 
     # Identity: one JobID grammar for allocations, steps, array tasks and het components.
-    job_id, bad_utf8 = _utf8(raw("JobID"))
-    flag(bad_utf8, "JobID is not valid UTF-8")
+    id_field = layout.job_id_field
+    job_id, bad_utf8 = _utf8(raw(id_field))
+    flag(bad_utf8, f"{id_field} is not valid UTF-8")
     parts = pc.extract_regex(pc.fill_null(job_id, ""), JOB_ID_RE)
-    flag(pc.is_null(parts), "JobID does not match 123, 123_4, 123+0 or 123.step")
+    flag(pc.is_null(parts), f"{id_field} does not match 123, 123_4, 123+0 or 123.step")
     parts = pc.fill_null(
         parts, pa.scalar({"base": "", "task": "", "het": "", "step": ""}, parts.type)
     )
@@ -589,7 +845,9 @@ def _parse_fields(
     raw_base = pc.replace_substring_regex(pc.fill_null(job_id_raw_col, ""), r"\..*$", "")
     job_id_raw = pc.if_else(pc.equal(raw_base, ""), base, raw_base)
 
-    st = struct_of("State", _parse_state, _STATE_TYPE, "unknown State")
+    st = struct_of(
+        "State", _parse_state, _STATE_TYPE, "State is empty or not a state name (A-Z, 0-9, _)"
+    )
     ex = struct_of("ExitCode", _parse_exit, _EXIT_TYPE, "ExitCode is not N:M, 0 ≤ N, M ≤ 255")
     tl = struct_of(
         "Timelimit",
@@ -600,13 +858,20 @@ def _parse_fields(
     tres = struct_of(
         "AllocTRES", parse_tres, _TRES_TYPE, "AllocTRES is not name=value[,name=value…]"
     )
+    gpus, gpu_given = _gpu_counts(layout, tres, struct_of)
     times = {}
     for name in ("Submit", "Start", "End"):
         times[name], bad = _timestamps(raw(name))
         flag(bad, f"{name} is not a timestamp")
+        flag(
+            _implausible(times[name]),
+            f"{name} is outside any plausible accounting history "
+            f"({PLAUSIBLE_FROM.year}-{PLAUSIBLE_UNTIL.year - 1})",
+        )
     counts = {}
     for name in ("ElapsedRaw", "NNodes", "NCPUS"):
-        counts[name], bad = _integers(raw(name))
+        counts[name], bad, negative = _integers(raw(name))
+        flag(negative, f"{name} is negative")
         flag(bad, f"{name} is not an integer")
 
     # Elapsed: ElapsedRaw when given, else Elapsed ([D-]HH:MM:SS), parsed only where needed.
@@ -614,6 +879,7 @@ def _parse_fields(
     if pc.any(pc.is_null(elapsed)).as_py() and "Elapsed" in table.column_names:
         el = _map_distinct(raw("Elapsed"), lambda v: parse_duration_s(_text(v) or None), pa.int64())
         el_text = pc.fill_null(_utf8(raw("Elapsed"))[0], "")
+        flag(pc.and_(pc.is_null(elapsed), pc.starts_with(el_text, "-")), "Elapsed is negative")
         flag(
             pc.and_(pc.and_(pc.is_null(elapsed), pc.is_null(el)), pc.not_equal(el_text, "")),
             "Elapsed is not [D-]HH:MM:SS",
@@ -667,17 +933,61 @@ def _parse_fields(
             "timelimit_raw": text_column("Timelimit"),
             "nnodes": pc.coalesce(counts["NNodes"], pc.struct_field(tres, "nodes"), 0),
             "ncpus": pc.coalesce(counts["NCPUS"], pc.struct_field(tres, "cpus"), 0),
-            "gpus": pc.struct_field(tres, "gpus"),
+            "gpus": gpus,
             "mem_bytes": pc.struct_field(tres, "mem"),
             "node_list": text_column("NodeList"),
             "source_line": lines,
         }
     )
     bad = pc.is_valid(reason)
+    parsed_allocations = pc.and_(jobs.column("is_allocation"), pc.invert(bad))
+    gpu_sources = _count_gpu_sources(parsed_allocations, gpu_given)
     if not pc.any(bad).as_py():
-        return jobs, []
-    quarantine = _quarantine_rows(table, lines, reason, bad, pseudonymiser)
-    return jobs.filter(pc.invert(bad)), quarantine
+        return jobs, [], gpu_sources
+    quarantine = _quarantine_rows(
+        table, lines, reason, bad, layout, pseudonymiser, pseudonymise_job_names
+    )
+    return jobs.filter(pc.invert(bad)), quarantine, gpu_sources
+
+
+def _gpu_counts(
+    layout: DumpLayout,
+    alloc_tres: pa.StructArray,
+    struct_of: Callable[[str, Callable[[Any], dict[str, Any]], pa.StructType, str], pa.Array],
+) -> tuple[pa.Array, list[tuple[str, pa.Array]]]:
+    """Each row's GPUs from the first of GPU_SOURCES the dump has and the row gives, and
+    (source, given mask) per source the dump has, in that order."""
+    gpus: pa.Array | None = None
+    given: list[tuple[str, pa.Array]] = []
+    for source in GPU_SOURCES:
+        if source not in layout.names:
+            continue
+        if source == "AllocTRES":
+            parsed = alloc_tres
+        elif source == "ReqTRES":
+            parsed = struct_of(source, parse_tres, _TRES_TYPE, f"{source} is not name=value[,…]")
+        else:
+            parsed = struct_of(source, parse_gres, _GRES_TYPE, f"{source} is not name[:type]:N[,…]")
+        mask = pc.fill_null(pc.struct_field(parsed, "given"), False)
+        count = pc.if_else(mask, pc.struct_field(parsed, "gpus"), pa.scalar(None, pa.int64()))
+        gpus = count if gpus is None else pc.coalesce(gpus, count)
+        given.append((source, mask))
+    n = len(alloc_tres)
+    if gpus is None:
+        return pa.array(np.zeros(n, dtype=np.int64)), given
+    return pc.fill_null(gpus, 0), given
+
+
+def _count_gpu_sources(rows: pa.Array, given: list[tuple[str, pa.Array]]) -> dict[str, int]:
+    """How many of ``rows`` (a mask) took their GPU count from each source, "none" for rows
+    that no source gave."""
+    counts: dict[str, int] = {}
+    remaining = rows
+    for source, mask in given:
+        counts[source] = pc.sum(pc.and_(remaining, mask)).as_py() or 0
+        remaining = pc.and_(remaining, pc.invert(mask))
+    counts["none"] = pc.sum(remaining).as_py() or 0
+    return {k: v for k, v in counts.items() if v}
 
 
 def _quarantine_rows(
@@ -685,9 +995,17 @@ def _quarantine_rows(
     lines: pa.Array,
     reason: pa.Array,
     bad: pa.Array,
+    layout: DumpLayout,
     pseudonymiser: Pseudonymiser,
+    pseudonymise_job_names: bool,
 ) -> list[Quarantined]:
-    """The rejected rows as read, but with user and account already pseudonymised."""
+    """The rejected rows as read, identities as keyed tokens: user and account always, the
+    job name when the plan asks, and any field ckpt-poc does not read unless plainly an id,
+    count, time or state (a site's dump may carry WorkDir, Group, Comment, …)."""
+    tokens = {"User": "user", "Account": "account"}
+    if pseudonymise_job_names:
+        tokens["JobName"] = "name"
+    delim = layout.delimiter.decode(errors="replace")
     rows = table.filter(bad).to_pylist()
     out = []
     for row, line, why in zip(
@@ -695,15 +1013,25 @@ def _quarantine_rows(
     ):
         values = []
         for name, value in row.items():
-            if name in ("User", "Account") and value is not None:
-                value = pseudonymiser.token(name.lower(), value)
-            values.append(
-                _text(value)
-                if not isinstance(value, dt.datetime)
-                else value.strftime("%Y-%m-%dT%H:%M:%S")
-            )
-        out.append(Quarantined(line, why, "|".join(values)))
+            text = _raw_text(value)
+            if text and name in tokens:
+                text = pseudonymiser.token(tokens[name], text)
+            elif text and name.startswith("_unknown") and not _is_plain(text):
+                text = pseudonymiser.token("field", text)
+            values.append(text)
+        out.append(Quarantined(line, why, delim.join(values)))
     return out
+
+
+def _raw_text(value: Any) -> str:
+    """A value of the typed or the raw reader as the text it was read from."""
+    if value is None:
+        return ""
+    if isinstance(value, dt.datetime):
+        return value.strftime("%Y-%m-%dT%H:%M:%S")
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
 
 
 # --- reading whole inputs --------------------------------------------------------------------
@@ -753,14 +1081,19 @@ def parse_sacct_stream(
     pseudonymiser: Pseudonymiser,
     *,
     delimiter: bytes | None = None,
+    sacct_format: str | None = None,
     pseudonymise_job_names: bool = False,
     block_bytes: int = BLOCK_BYTES,
 ) -> Iterator[ParsedBlock]:
-    """Parse a whole ``sacct -P`` stream block by block (the stream must be seekable)."""
+    """Parse a whole ``sacct -P`` stream block by block (the stream must be seekable).
+
+    ``delimiter`` overrides the one the header shows (or '|'); ``sacct_format`` names the
+    columns of a header-less dump in sacct's --format syntax.
+    """
     first, first_number, first_offset = _first_content_line(stream)
     if not first:
         return
-    layout = detect_layout(first, source, delimiter)
+    layout = detect_layout(first, source, delimiter, sacct_format, first_number)
     if layout.has_header:
         stream.seek(first_offset + len(first))
         start_line = first_number + 1

@@ -7,8 +7,10 @@ aggregates with Dask out of core. ``run_baseline`` picks by input size unless to
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +58,8 @@ class Ingested:
     quarantine: list[acct.Quarantined]
     rows_read: int
     source: str
+    fields: tuple[str, ...] = ()  # the known fields the dump has
+    gpu_sources: dict[str, int] = field(default_factory=dict)
 
     @property
     def rows_parsed(self) -> int:
@@ -70,6 +74,8 @@ class BaselineResult:
     path: str  # "memory" or "dask"
     written: dict[str, list[Path]] = field(default_factory=dict)
     key_origin: str = ""
+    # Parsed allocation rows per source of their GPU count (acct.GPU_SOURCES or "none").
+    gpu_sources: dict[str, int] = field(default_factory=dict)
 
 
 def ingest_stream(
@@ -78,21 +84,51 @@ def ingest_stream(
     pseudonymiser: acct.Pseudonymiser,
     *,
     delimiter: bytes | None = None,
+    sacct_format: str | None = None,
     pseudonymise_job_names: bool = False,
 ) -> Ingested:
     tables, quarantine, rows_read = [], [], 0
+    fields: tuple[str, ...] = ()
+    gpu_sources: dict[str, int] = {}
     for block in acct.parse_sacct_stream(
         stream,
         source,
         pseudonymiser,
         delimiter=delimiter,
+        sacct_format=sacct_format,
         pseudonymise_job_names=pseudonymise_job_names,
     ):
         tables.append(block.jobs)
         quarantine.extend(block.quarantine)
         rows_read += block.rows_read
+        fields = block.fields
+        _add_counts(gpu_sources, block.gpu_sources)
     jobs = pa.concat_tables(tables) if tables else _empty_jobs()
-    return Ingested(jobs, quarantine, rows_read, source)
+    return Ingested(jobs, quarantine, rows_read, source, fields, gpu_sources)
+
+
+def _add_counts(total: dict[str, int], more: dict[str, int]) -> None:
+    for key, n in more.items():
+        total[key] = total.get(key, 0) + n
+
+
+def _not_computed(fields: tuple[str, ...], rows_read: int) -> dict[str, str]:
+    """Measure → "the dump lacks …" (an input without rows has no fields to judge by; the
+    gate refuses it for being empty)."""
+    return acct.not_computed(fields) if rows_read else {}
+
+
+def _with_not_computed(exp: Exposure, missing: dict[str, str]) -> Exposure:
+    """The exposure marked with what the dump could not give; without account and job name
+    every workload would be one pseudonym of nothing, so none is ranked."""
+    candidates = exp.candidates.iloc[0:0] if "candidates" in missing else exp.candidates
+    return dataclasses.replace(exp, not_computed=missing, candidates=candidates)
+
+
+def _not_computed_metadata(missing: dict[str, str], ctx: RunContext) -> dict[str, str]:
+    """File metadata saying which measures the dump could not give: their columns hold
+    zeros there, as the declarations take no nulls in them."""
+    return {**ctx.file_metadata, "ckpt_poc.not_computed": json.dumps(missing)}
 
 
 def _empty_jobs() -> pa.Table:
@@ -185,10 +221,16 @@ def exposure_frame(exp: Exposure, ctx: RunContext) -> pd.DataFrame:
 
 
 def baseline_checks(
-    ingested_rows: int, parsed: int, quarantined: int, frames: dict[str, pd.DataFrame | pa.Table]
+    ingested_rows: int,
+    parsed: int,
+    quarantined: int,
+    frames: dict[str, pd.DataFrame | pa.Table],
+    max_quarantined_share: float = 0.5,
 ) -> list[CheckResult]:
-    """The gate before the baseline reports: declarations hold and the counts reconcile."""
+    """The gate before the baseline reports: declarations hold, the counts reconcile, and
+    what was quarantined leaves enough to report on."""
     gate = "baseline"
+    share = quarantined / ingested_rows if ingested_rows else 0.0
     checks = [
         plain_check(
             gate,
@@ -200,6 +242,28 @@ def baseline_checks(
             quarantined=quarantined,
         ),
         plain_check(gate, "jobs", "input_has_rows", ingested_rows > 0, rows_read=ingested_rows),
+        # An input whose every row was quarantined has nothing to report: an empty
+        # exposure would read as "no exposure".
+        plain_check(
+            gate,
+            "jobs",
+            "input_has_parsed_rows",
+            ingested_rows == 0 or parsed > 0,
+            rows_read=ingested_rows,
+            parsed=parsed,
+        ),
+        plain_check(
+            gate,
+            "quarantine",
+            "quarantined_share_within_plan_limit",
+            share <= max_quarantined_share,
+            quarantined_share=round(share, 4),
+            max_quarantined_share=max_quarantined_share,
+            why=(
+                f"{quarantined} of {ingested_rows} rows quarantined ({share:.1%}); the "
+                f"plan's baseline.max_quarantined_share is {max_quarantined_share:.1%}"
+            ),
+        ),
     ]
     for spec_name, df in frames.items():
         if len(df):
@@ -236,18 +300,32 @@ def run_baseline(
     live: bool = False,
     use_dask: bool | None = None,
     delimiter: bytes | None = None,
+    sacct_format: str | None = None,
 ) -> BaselineResult:
-    """Ingest, gate, write and summarise; nothing is written unless its gate passes."""
+    """Ingest, gate, write and summarise; nothing is written unless its gate passes.
+
+    ``delimiter`` overrides the dump's (see acct.detect_layout); ``sacct_format`` names the
+    fields of a header-less dump, in sacct's --format syntax.
+    """
     key, key_origin = acct.load_pseudonym_key(plan.baseline.pseudonym_key_secret)
     pseudonymiser = acct.Pseudonymiser(key)
     stream, source, size = open_accounting(plan, sacct_file, live)
+    reading = _Reading(delimiter, sacct_format)
     with stream:
         if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:
-            result = _run_dask(stream, source, pseudonymiser, plan, ctx, delimiter)
+            result = _run_dask(stream, source, pseudonymiser, plan, ctx, reading)
         else:
-            result = _run_in_memory(stream, source, pseudonymiser, plan, ctx, delimiter)
+            result = _run_in_memory(stream, source, pseudonymiser, plan, ctx, reading)
     result.key_origin = key_origin
     return result
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How to read the dump, when it does not say itself."""
+
+    delimiter: bytes | None = None
+    sacct_format: str | None = None
 
 
 def _store_args(ctx: RunContext) -> dict[str, Any]:
@@ -266,17 +344,20 @@ def _run_in_memory(
     pseudonymiser: acct.Pseudonymiser,
     plan: Plan,
     ctx: RunContext,
-    delimiter: bytes | None,
+    reading: _Reading,
 ) -> BaselineResult:
     ingested = ingest_stream(
         stream,
         source,
         pseudonymiser,
-        delimiter=delimiter,
+        delimiter=reading.delimiter,
+        sacct_format=reading.sacct_format,
         pseudonymise_job_names=plan.baseline.pseudonymise_job_names,
     )
     jobs = stamp_jobs(ingested.jobs, ctx)
-    exp = compute_exposure(jobs)
+    missing = _not_computed(ingested.fields, ingested.rows_read)
+    exp = compute_exposure(jobs, with_chains="chains" not in missing)
+    exp = _with_not_computed(exp, missing)
     q_df = quarantine_frame(ingested.quarantine, source, ctx)
     e_df = exposure_frame(exp, ctx)
     checks = baseline_checks(
@@ -284,16 +365,18 @@ def _run_in_memory(
         ingested.rows_parsed,
         len(ingested.quarantine),
         {"jobs": jobs, "quarantine": q_df, "exposure": e_df},
+        plan.baseline.max_quarantined_share,
     )
     record_and_enforce(checks, ctx)
     common = _store_args(ctx)
+    measured = {**common, "metadata": _not_computed_metadata(missing, ctx)}
     written = {
-        "jobs": write_dataset(jobs, JOBS, **common),
+        "jobs": write_dataset(jobs, JOBS, **measured),
         "quarantine": write_dataset(q_df, QUARANTINE, **common),
-        "exposure": write_dataset(e_df, EXPOSURE, **common),
+        "exposure": write_dataset(e_df, EXPOSURE, **measured),
     }
     summary = exp.summary(ingested.rows_read, len(ingested.quarantine))
-    return BaselineResult(summary, exp, source, "memory", written)
+    return BaselineResult(summary, exp, source, "memory", written, gpu_sources=ingested.gpu_sources)
 
 
 def _run_dask(
@@ -302,40 +385,58 @@ def _run_dask(
     pseudonymiser: acct.Pseudonymiser,
     plan: Plan,
     ctx: RunContext,
-    delimiter: bytes | None,
+    reading: _Reading,
 ) -> BaselineResult:
     """Stream blocks to part files, then aggregate the written jobs out of core with Dask."""
     common = _store_args(ctx)
     rows_read, quarantine, parsed, written_jobs = 0, [], 0, []
+    fields: tuple[str, ...] = ()
+    gpu_sources: dict[str, int] = {}
     for i, block in enumerate(
         acct.parse_sacct_stream(
             stream,
             source,
             pseudonymiser,
-            delimiter=delimiter,
+            delimiter=reading.delimiter,
+            sacct_format=reading.sacct_format,
             pseudonymise_job_names=plan.baseline.pseudonymise_job_names,
         )
     ):
         rows_read += block.rows_read
         parsed += block.jobs.num_rows
         quarantine.extend(block.quarantine)
-        written_jobs += write_dataset(stamp_jobs(block.jobs, ctx), JOBS, part=i, **common)
-    exp = exposure_with_dask(written_jobs)
+        fields = block.fields
+        _add_counts(gpu_sources, block.gpu_sources)
+        # The dump's fields, and so what it lacks, are known from its first block on.
+        metadata = _not_computed_metadata(acct.not_computed(fields), ctx)
+        written_jobs += write_dataset(
+            stamp_jobs(block.jobs, ctx), JOBS, part=i, **{**common, "metadata": metadata}
+        )
+    missing = _not_computed(fields, rows_read)
+    exp = exposure_with_dask(written_jobs, with_chains="chains" not in missing)
+    exp = _with_not_computed(exp, missing)
     q_df = quarantine_frame(quarantine, source, ctx)
     e_df = exposure_frame(exp, ctx)
     checks = baseline_checks(
-        rows_read, parsed, len(quarantine), {"quarantine": q_df, "exposure": e_df}
+        rows_read,
+        parsed,
+        len(quarantine),
+        {"quarantine": q_df, "exposure": e_df},
+        plan.baseline.max_quarantined_share,
     )
     record_and_enforce(checks, ctx)
     written = {
         "jobs": written_jobs,
         "quarantine": write_dataset(q_df, QUARANTINE, **common),
-        "exposure": write_dataset(e_df, EXPOSURE, **common),
+        "exposure": write_dataset(
+            e_df, EXPOSURE, **{**common, "metadata": _not_computed_metadata(missing, ctx)}
+        ),
     }
-    return BaselineResult(exp.summary(rows_read, len(quarantine)), exp, source, "dask", written)
+    summary = exp.summary(rows_read, len(quarantine))
+    return BaselineResult(summary, exp, source, "dask", written, gpu_sources=gpu_sources)
 
 
-def exposure_with_dask(files: list[Path]) -> Exposure:
+def exposure_with_dask(files: list[Path], with_chains: bool = True) -> Exposure:
     """Exposure over this run's jobs files without loading them whole.
 
     Allocations are read with only the columns exposure needs and shuffled on disk by
@@ -356,7 +457,9 @@ def exposure_with_dask(files: list[Path]) -> Exposure:
     with dask.config.set({"dataframe.shuffle.method": "disk"}):
         shuffled = ddf.shuffle(on="wkey", npartitions=max(1, ddf.npartitions))
         parts = shuffled.map_partitions(
-            lambda part: pd.DataFrame({"part": [exposure_part(part.drop(columns="wkey"))]}),
+            lambda part: pd.DataFrame(
+                {"part": [exposure_part(part.drop(columns="wkey"), with_chains)]}
+            ),
             meta={"part": object},
         )
         (result,) = dask.compute(parts)

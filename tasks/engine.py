@@ -5,17 +5,25 @@ managed copy checkpointed by CRIU at the plan's interval, the unmanaged copy bes
 nothing but its own application checkpoints — follows both with the same probes, and
 records every moment as an event. The recovery, overhead and cold-start experiments build
 on it.
+
+However the run ends, it leaves nothing running and its record behind: the cluster's reaper
+ends the copies (restored ones too) if the harness is killed, every event is journalled to
+`<run folder>/events.jsonl` as it happens, checkpoint folders a killed run left are removed
+by the next run, and an exception in a worker thread (a probe, the checkpoint schedule)
+fails the run with that exception.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.checkpointers.criu import CriuCheckpointer, PeriodicCheckpoints
+from tasks.checkpointers.criu import CriuCheckpointer, PeriodicCheckpoints, clean_dead_roots
 from tasks.clock import EventRecorder
 from tasks.clusters.local import LocalCluster, WorkloadProcess
 from tasks.errors import CkptPocError
@@ -34,6 +42,67 @@ def copy_argv(argv: list[str], copy_dir: Path) -> list[str]:
 
 def run_folder(ctx: RunContext) -> Path:
     return ctx.data_dir / ctx.poc / "runs" / ctx.run_id
+
+
+class SurfacingProbe(LogProgressProbe):
+    """The progress probe, plus what ended its thread if it raised: kept in ``failure`` and
+    raised by ``check()`` in the run's own thread (with the worker's traceback), so the run
+    fails with it instead of going on blind."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.failure: BaseException | None = None
+
+    def _run(self) -> None:
+        try:
+            super()._run()
+        except BaseException as exc:
+            self.failure = exc
+            with contextlib.suppress(Exception):
+                self._recorder.record(
+                    self._trial, self.arm, "thread_failed", thread="probe", error=repr(exc)[:2000]
+                )
+
+    def check(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+
+class WorkerThreads:
+    """The run's worker threads; ``check()`` raises the first exception that ended one."""
+
+    def __init__(self) -> None:
+        self.periodic: PeriodicCheckpoints | None = None
+        self.probes: list[SurfacingProbe] = []
+
+    def check(self) -> None:
+        for probe in self.probes:
+            probe.check()
+        if self.periodic is not None:
+            self.periodic.check()
+
+    def alive_and_well(self, proc: WorkloadProcess) -> Callable[[], bool]:
+        """``proc.alive``, raising first if a worker died (for loops that poll ``alive``)."""
+
+        def alive() -> bool:
+            self.check()
+            return proc.alive()
+
+        return alive
+
+    def stop(self) -> list[BaseException]:
+        """Stop every worker; what ended any of them, raised by none of them yet."""
+        failures: list[BaseException] = []
+        if self.periodic is not None:
+            try:
+                self.periodic.stop()
+            except BaseException as exc:
+                failures.append(exc)
+        for probe in self.probes:
+            probe.stop()
+            if probe.failure is not None:
+                failures.append(probe.failure)
+        return failures
 
 
 @dataclass
@@ -93,10 +162,13 @@ def run_side_by_side(
     cluster = LocalCluster(list(plan.cluster.nodes), run_dir, workdir=Path.cwd())
     recorder = EventRecorder(ctx)
     trial = "side-by-side"
+    # What killed runs of this PoC left (their owners are gone; a live run's are not touched).
+    stale = clean_dead_roots(run_dir.parent)
+    if stale:
+        recorder.record(trial, "managed", "stale_checkpoints_removed", folders=stale)
     slots = {"unmanaged": plan.cluster.nodes[-1], "managed": plan.cluster.nodes[0]}
     procs: dict[str, WorkloadProcess] = {}
-    probes: list[LogProgressProbe] = []
-    periodic: PeriodicCheckpoints | None = None
+    workers = WorkerThreads()
     criu: CriuCheckpointer | None = None
     try:
         for arm in ARMS:
@@ -106,14 +178,15 @@ def run_side_by_side(
             procs[arm] = cluster.start(slots[arm], arm, copy_argv(plan.workload.command, copy_dir))
             recorder.record(trial, arm, "started", pid=procs[arm].pid)
             if plan.workload.progress_probe and plan.workload.progress_probe.log_regex:
-                probes.append(
-                    LogProgressProbe(
+                workers.probes.append(
+                    SurfacingProbe(
                         procs[arm].log, plan.workload.progress_probe.log_regex, recorder, trial, arm
                     ).start()
                 )
         criu = CriuCheckpointer(run_dir / "criu", plan.checkpointer.keep, recorder, trial)
-        periodic = PeriodicCheckpoints(criu, procs["managed"], plan.checkpointer.interval_s)
-        periodic.start()
+        workers.periodic = PeriodicCheckpoints(
+            criu, procs["managed"], plan.checkpointer.interval_s
+        ).start()
         ready: dict[str, bool] = {}
         if plan.workload.ready_probe:
             for arm in ARMS:
@@ -123,25 +196,33 @@ def run_side_by_side(
                     trial,
                     arm,
                     timeout=timeout_s,
-                    alive=procs[arm].alive,
+                    alive=workers.alive_and_well(procs[arm]),
                 )
-            time.sleep(serve_s)
+            serve_until = time.monotonic() + serve_s
+            while time.monotonic() < serve_until:
+                workers.check()
+                time.sleep(min(0.05, max(0.0, serve_until - time.monotonic())))
         else:
             deadline = time.monotonic() + timeout_s
             while any(p.alive() for p in procs.values()) and time.monotonic() < deadline:
+                workers.check()
                 time.sleep(0.05)
         for arm, proc in procs.items():
             if not proc.alive():
                 recorder.record(trial, arm, "exited", pid=proc.pid)
     finally:
-        if periodic:
-            periodic.stop()
-        for probe in probes:
-            probe.stop()
+        failures = workers.stop()
         left = cluster.stop_all()
         if left:
             recorder.record(trial, "managed", "left_running", pids=left)
+        cluster.close()
+        if criu is not None:
+            criu.close()
         files = recorder.flush()
+    if failures:
+        raise failures[0]  # a worker thread died: the run fails with its exception
+    probes = workers.probes
+    periodic = workers.periodic
     last = {p.arm: p.last for p in probes}
     arms = {
         arm: ArmResult(

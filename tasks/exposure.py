@@ -7,13 +7,15 @@ where the work was interrupted; resubmission chains show the work users redo by 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from tasks.accounting import UNKNOWN_STATE, normalise_state
 
 EXPOSED_STATES = (
     "FAILED",
@@ -71,19 +73,31 @@ class Exposure:
     candidates: pd.DataFrame  # ranked workloads
     duplicates_ignored: int
     window: tuple[pd.Timestamp | None, pd.Timestamp | None]
+    # Measure → "the dump lacks X, Y" (tasks.accounting.not_computed): such a measure is
+    # null in the summary, never a zero.
+    not_computed: dict[str, str] = field(default_factory=dict)
 
     def summary(self, rows_read: int, rows_quarantined: int) -> dict[str, Any]:
         """The JSON summary, with exactly the keys the CLI promises."""
         bs = self.by_state
+
+        def measured(key: str, value: Any) -> Any:
+            return None if key in self.not_computed else value
+
         return {
             "rows_read": int(rows_read),
             "rows_quarantined": int(rows_quarantined),
             "allocations_by_state": {s: int(v) for s, v in bs["allocations"].items()},
-            "node_hours_by_state": {s: float(v) for s, v in bs["node_hours"].items()},
-            "gpu_hours_by_state": {s: float(v) for s, v in bs["gpu_hours"].items()},
-            "exposed_gpu_hours": float(self.exposed_gpu_hours),
-            "timeout_gpu_hours": float(self.timeout_gpu_hours),
-            "chains": self.chains,
+            "node_hours_by_state": measured(
+                "node_hours_by_state", {s: float(v) for s, v in bs["node_hours"].items()}
+            ),
+            "gpu_hours_by_state": measured(
+                "gpu_hours_by_state", {s: float(v) for s, v in bs["gpu_hours"].items()}
+            ),
+            "exposed_gpu_hours": measured("exposed_gpu_hours", float(self.exposed_gpu_hours)),
+            "timeout_gpu_hours": measured("timeout_gpu_hours", float(self.timeout_gpu_hours)),
+            "chains": measured("chains", self.chains),
+            "not_computed": dict(self.not_computed),
         }
 
 
@@ -169,9 +183,25 @@ class _Hours:
     gpu_hours: np.ndarray
 
 
+def state_codes(alloc: pa.Table) -> tuple[np.ndarray, list[Any]]:
+    """Codes and names of each allocation's final state; a state sacct does not document
+    (``state`` UNKNOWN) goes under its own name, read from ``state_raw``."""
+    codes, states = _codes(alloc.column("state"))
+    if UNKNOWN_STATE not in states or "state_raw" not in alloc.column_names:
+        return codes, states
+    raw_codes, raw_states = _codes(alloc.column("state_raw"))
+    index: dict[Any, int] = {}
+    known = np.array([index.setdefault(s, len(index)) for s in states], dtype=np.int64)
+    named = np.array(
+        [index.setdefault(normalise_state(s), len(index)) for s in raw_states], dtype=np.int64
+    )
+    unknown = codes == states.index(UNKNOWN_STATE)
+    return np.where(unknown, named[raw_codes], known[codes]), list(index)
+
+
 def _hours(alloc: pa.Table) -> _Hours:
     elapsed = _numbers(alloc, "elapsed_s")
-    codes, states = _codes(alloc.column("state"))
+    codes, states = state_codes(alloc)
     return _Hours(
         codes,
         states,
@@ -337,10 +367,14 @@ class ExposurePart:
     window: tuple[pd.Timestamp | None, pd.Timestamp | None]
 
 
-def exposure_part(jobs: Jobs) -> ExposurePart:
+def exposure_part(jobs: Jobs, with_chains: bool = True) -> ExposurePart:
+    """``with_chains=False`` where the dump lacks what chains need: none are looked for."""
     alloc, duplicates = allocations_only(jobs)
     hours = _hours(alloc)
-    chains, chain_of, first = find_chains(alloc)
+    if with_chains:
+        chains, chain_of, first = find_chains(alloc)
+    else:
+        chains, chain_of, first = [], np.full(alloc.num_rows, -1, dtype=np.int64), []
     return ExposurePart(
         by_state=exposure_by_state(alloc, hours),
         chains=list(zip(first, chains, strict=True)),
@@ -371,5 +405,5 @@ def combine_parts(parts: list[ExposurePart], top: int = 20) -> Exposure:
     )
 
 
-def compute_exposure(jobs: Jobs) -> Exposure:
-    return combine_parts([exposure_part(jobs)])
+def compute_exposure(jobs: Jobs, with_chains: bool = True) -> Exposure:
+    return combine_parts([exposure_part(jobs, with_chains)])

@@ -2,13 +2,17 @@
 
 A plan is a YAML file validated by the pydantic models below. ``load_plan`` reads it and
 ``ensure_plan_is_valid`` raises ``PlanError`` listing *every* problem with its field path and
-YAML line, so a platform engineer fixes the whole file in one pass.
+YAML line, so a platform engineer fixes the whole file in one pass. The YAML itself is read
+strictly too: a repeated key is an error naming both lines, a syntax error is one line
+``file:line:col``, every number is finite and bounded, and a Slurm plan's nodes are checked
+with ``sinfo`` when the cluster answers (tasks/plan_cluster.py).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -19,12 +23,16 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from tasks.errors import PlanError
+from tasks.plan_cluster import check_slurm_nodes
+
+log = logging.getLogger(__name__)
 
 # A name that is safe as one argv element and as a hostname: no shell metacharacters, no
 # spaces, no leading dash (which a command would read as an option).
@@ -40,9 +48,25 @@ ALL_FAULTS = tuple(sorted({f for kinds in FAULTS_BY_CLUSTER.values() for f in ki
 # Weeks of weekly utilization samples a verdict on utilization gain needs at the least.
 MIN_UTILIZATION_WEEKS = 4
 
+# Upper bounds no real PoC needs. Every number in a plan ends up in a sleep, a timer, a loop
+# count or a comparison; `.inf`, `.nan` or 1e300 there makes a thread die (OverflowError) or a
+# loop never end long after `plan check` said yes, so they are refused up front instead.
+MAX_SECONDS = 7 * 24 * 3600  # checkpoint interval, node down time: a week
+MAX_WINDOW_WEEKS = 104  # two years of sampling
+MAX_RUNS = 10_000  # repeats, same-node baseline runs
+MAX_DAYS = 3650  # ten years of accounting history
+MAX_STEPS = 10**9  # the application's own checkpoint period, in steps
+MAX_KEPT_CHECKPOINTS = 1000
+MAX_GPUS = 64  # GPUs per job
+# A success threshold is seconds, GPU-hours, percent, a fraction or a factor: a million of
+# any of them is no agreed number.
+MAX_THRESHOLD = 1e6
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: every float in a plan must be finite (`.inf`/`.nan` are refused
+    # with the field's name); each numeric field also has an explicit upper bound above.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 def _check_safe_name(value: str) -> str:
@@ -95,7 +119,7 @@ class AppCheckpoint(_Strict):
     folder, so the two arms never share a checkpoint file.
     """
 
-    every_steps: int = Field(gt=0)
+    every_steps: int = Field(gt=0, le=MAX_STEPS, description="steps between checkpoints, ≤ 10⁹")
     path: str | None = None
     resume_args: list[str] = Field(
         default_factory=list, description="argv appended to restart from this checkpoint"
@@ -106,7 +130,7 @@ class Workload(_Strict):
     name: SafeName
     command: list[str] | None = Field(default=None, min_length=1)
     script: str | None = None
-    gpus: int = Field(ge=0, le=64)
+    gpus: int = Field(ge=0, le=MAX_GPUS, description="GPUs per job, 0..64")
     progress_probe: ProgressProbe | None = None
     ready_probe: ReadyProbe | None = None
     app_checkpoint: AppCheckpoint | None = None
@@ -142,12 +166,22 @@ class SacctLiveSource(_Strict):
 
 class Baseline(_Strict):
     source: Annotated[SacctFileSource | SacctLiveSource, Field(discriminator="kind")]
-    days: int = Field(gt=0, le=3650)
-    same_node_runs: int = Field(ge=1)
+    days: int = Field(gt=0, le=MAX_DAYS, description="days of accounting history, ≤ 3650")
+    same_node_runs: int = Field(ge=1, le=MAX_RUNS, description="runs on the test nodes, ≤ 10000")
     # Also pseudonymise job names (user and account always are).
     pseudonymise_job_names: bool = False
     # Name of a Prefect Secret block holding the HMAC key; the key itself is never in a plan.
     pseudonym_key_secret: str | None = None
+    max_quarantined_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description=(
+            "the largest share (0..1) of accounting rows the baseline may quarantine "
+            "before its gate fails"
+        ),
+    )
 
 
 Statistic = Literal["median", "p90", "mean", "min", "max"]
@@ -157,11 +191,13 @@ class Criterion(_Strict):
     """One success number: ``statistic(measure) op threshold``."""
 
     statistic: Statistic
-    threshold: float
+    threshold: float = Field(
+        ge=-MAX_THRESHOLD, le=MAX_THRESHOLD, description="finite, |threshold| ≤ 10⁶"
+    )
 
 
 class UtilizationCriterion(Criterion):
-    min_weeks: int = Field(default=MIN_UTILIZATION_WEEKS, ge=1)
+    min_weeks: int = Field(default=MIN_UTILIZATION_WEEKS, ge=1, le=MAX_WINDOW_WEEKS)
 
 
 class Success(_Strict):
@@ -215,15 +251,15 @@ class Cluster(_Strict):
 
 class Checkpointer(_Strict):
     kind: Literal["criu", "cedana"]
-    interval_s: float = Field(gt=0)
-    keep: int = Field(default=3, ge=1)
+    interval_s: float = Field(gt=0, le=MAX_SECONDS, description="seconds, at most a week")
+    keep: int = Field(default=3, ge=1, le=MAX_KEPT_CHECKPOINTS, description="≤ 1000")
 
 
 class Fault(_Strict):
     kind: str
     # node-down only: how long the node stays down before the harness returns it to service
     # (a reboot, a repair); null means it never comes back within the trial.
-    down_s: float | None = Field(default=0, ge=0)
+    down_s: float | None = Field(default=0, ge=0, le=MAX_SECONDS, description="≤ a week")
 
     @field_validator("kind")
     @classmethod
@@ -235,7 +271,7 @@ class Fault(_Strict):
 
 class Window(_Strict):
     start: dt.date
-    weeks: int = Field(gt=0, le=104)
+    weeks: int = Field(gt=0, le=MAX_WINDOW_WEEKS, description="weeks of sampling, ≤ 104")
 
     @property
     def end(self) -> dt.date:
@@ -251,9 +287,18 @@ class Plan(_Strict):
     cluster: Cluster
     checkpointer: Checkpointer
     faults: list[Fault] = Field(min_length=1)
-    repeats: int = Field(ge=3, description="runs per (measure, arm); one run proves nothing")
+    repeats: int = Field(
+        ge=3, le=MAX_RUNS, description="runs per (measure, arm), 3..10000; one run proves nothing"
+    )
     window: Window
     data_dir: str = "data"
+    # What load_plan could not check and why (e.g. sinfo did not answer): said, not failed.
+    _check_warnings: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def check_warnings(self) -> tuple[str, ...]:
+        """Lines ``file:line: field: message`` for checks load_plan skipped; not problems."""
+        return self._check_warnings
 
     @model_validator(mode="after")
     def _coherent(self) -> Plan:
@@ -328,23 +373,161 @@ def plan_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan; raise PlanError naming every problem with file:line: field."""
+# --- reading the YAML: duplicate keys refused, syntax errors on one line ---------------------
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKeysError(yaml.YAMLError):
+    """A mapping repeats a key; plain YAML would silently keep the last value."""
+
+    def __init__(self, duplicates: list[tuple[tuple[str | int, ...], int, int]]) -> None:
+        # (field path of the repeated key, line of its first use, line of the repeat)
+        self.duplicates = duplicates
+        super().__init__(f"{len(duplicates)} duplicate key(s)")
+
+
+def _duplicate_keys(root: yaml.Node) -> list[tuple[tuple[str | int, ...], int, int]]:
+    """Every repeated mapping key under ``root``, at any depth, with both of its lines."""
+    duplicates: list[tuple[tuple[str | int, ...], int, int]] = []
+    visited: set[int] = set()  # an alias points back at a node already walked
+
+    def walk(node: yaml.Node, path: tuple[str | int, ...]) -> None:
+        if id(node) in visited:
+            return
+        visited.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first_line_by_key: dict[tuple[str, str], int] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    walk(value_node, path)
+                    continue
+                # `<<: *base` merges are meant to be overridden by the keys beside them.
+                if key_node.tag != _MERGE_TAG:
+                    key = (key_node.tag, key_node.value)  # tag resolved: "a" and a are one key
+                    line = key_node.start_mark.line + 1
+                    if key in first_line_by_key:
+                        duplicates.append(((*path, key_node.value), first_line_by_key[key], line))
+                    else:
+                        first_line_by_key[key] = line
+                walk(value_node, (*path, key_node.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*path, i))
+
+    walk(root, ())
+    return duplicates
+
+
+class PlanLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that raises DuplicateKeysError on a repeated key at any depth."""
+
+    def compose_document(self) -> yaml.Node:
+        root = super().compose_document()
+        duplicates = _duplicate_keys(root)
+        if duplicates:
+            raise DuplicateKeysError(duplicates)
+        return root
+
+
+def _parse_yaml(text: str) -> tuple[yaml.Node | None, Any]:
+    """One parse: the node tree (for YAML lines) and the data built from that same tree."""
+    loader = PlanLoader(text)
+    try:
+        root = loader.get_single_node()
+        return root, (loader.construct_document(root) if root is not None else None)
+    finally:
+        loader.dispose()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _yaml_error_line(path: str, text: str, exc: yaml.YAMLError) -> str:
+    """``file:line:col: not valid YAML: what is wrong``, one line (yaml's str() is several)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        what = _one_line(exc.problem or exc.context or "invalid YAML")
+        if exc.problem and exc.context and exc.context_mark is not None:
+            what += f" ({_one_line(exc.context)} at line {exc.context_mark.line + 1})"
+        return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {what}"
+    if isinstance(exc, yaml.reader.ReaderError):
+        # The reader counts characters, not lines: find the line and column ourselves.
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return (
+            f"{path}:{line}:{column}: not valid YAML: unacceptable character #x{code:04x}: "
+            f"{_one_line(exc.reason)}"
+        )
+    return f"{path}: not valid YAML: {_one_line(str(exc))}"
+
+
+# --- the cluster itself ----------------------------------------------------------------------
+
+
+def check_plan_against_cluster(
+    path: str, root: yaml.Node | None, plan: Plan
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) from checking a Slurm plan's nodes and partition with sinfo.
+
+    Other cluster kinds have nothing to ask here yet. A skipped check is a warning: the plan
+    may be written away from the cluster it is for.
+    """
+    if plan.cluster.kind != "slurm":
+        return [], []
+    check = check_slurm_nodes(plan.cluster.nodes, plan.cluster.queue)
+
+    def where(loc: tuple[str | int, ...]) -> str:
+        line = _yaml_line(root, loc)
+        return f"{path}:{line}" if line else path
+
+    if check.skipped is not None:
+        loc = ("cluster", "nodes")
+        warning = f"{where(loc)}: cluster.nodes: not checked against the cluster: {check.skipped}"
+        return [], [warning]
+    problems = [
+        f"{where(loc)}: {'.'.join(str(p) for p in loc)}: {message}"
+        for loc, message in check.problems
+    ]
+    return problems, []
+
+
+def load_plan(path: str | Path, *, check_cluster: bool = True) -> Plan:
+    """Read and validate a plan; raise PlanError naming every problem with file:line: field.
+
+    With ``check_cluster`` a Slurm plan's nodes are also checked with sinfo when it answers;
+    when it does not, ``plan.check_warnings`` says the check was skipped.
+    """
     path = str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanError(path, [f"{path}: cannot read plan: {exc}"]) from exc
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        root, data = _parse_yaml(text)
+    except DuplicateKeysError as exc:
+        problems = [
+            f"{path}:{again}: {'.'.join(str(p) for p in loc)}: duplicate key "
+            f"{str(loc[-1])!r}, first at line {first}, again at line {again} "
+            "(YAML would silently keep the last)"
+            for loc, first, again in exc.duplicates
+        ]
+        raise PlanError(path, problems) from exc
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark else path
-        raise PlanError(path, [f"{where}: not valid YAML: {exc}"]) from exc
+        raise PlanError(path, [_yaml_error_line(path, text, exc)]) from exc
     if not isinstance(data, dict):
         raise PlanError(path, [f"{path}:1: the plan must be a YAML mapping"])
     try:
-        return Plan.model_validate(data)
+        plan = Plan.model_validate(data)
     except ValidationError as exc:
         raise PlanError(path, _problem_lines(path, root, exc)) from exc
+    if check_cluster:
+        problems, warnings = check_plan_against_cluster(path, root, plan)
+        if problems:
+            raise PlanError(path, problems)
+        for warning in warnings:
+            log.warning("%s", warning)
+        plan._check_warnings = tuple(warnings)
+    return plan

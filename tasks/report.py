@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
+from tasks.accounting import DOCUMENTED_STATES, GPU_SOURCE_LABELS
 from tasks.baseline import BaselineResult
 from tasks.exposure import EXPOSED_STATES, LIMITATIONS, REPORTED_APART
 
@@ -18,21 +19,67 @@ def _state_note(state: str) -> str:
         return "exposed"
     if state in REPORTED_APART:
         return "reported apart"
+    if state not in DOCUMENTED_STATES:
+        return "unknown state (not documented by sacct)"
     return ""
+
+
+NOT_COMPUTED = "not computed"
+# The summary's measures as people name them.
+_MEASURE_TITLES = {
+    "node_hours_by_state": "node-hours",
+    "gpu_hours_by_state": "GPU-hours",
+    "exposed_gpu_hours": "exposed GPU-hours",
+    "timeout_gpu_hours": "time-limit GPU-hours",
+    "chains": "resubmission chains",
+    "candidates": "candidate workloads",
+}
+
+
+def _not_computed(result: BaselineResult) -> dict[str, str]:
+    return result.summary.get("not_computed") or {}
+
+
+def not_computed_lines(result: BaselineResult) -> list[str]:
+    """One line per measure the dump could not give: "GPU-hours not computed: the dump
+    lacks …"."""
+    return [
+        f"{_MEASURE_TITLES.get(measure, measure)} {NOT_COMPUTED}: {why}"
+        for measure, why in _not_computed(result).items()
+    ]
+
+
+def gpu_sources_line(result: BaselineResult) -> str | None:
+    """Where the allocations' GPU counts came from, when not all from AllocTRES."""
+    sources = result.gpu_sources
+    if not sources or set(sources) <= {"AllocTRES"}:
+        return None
+    parts = [f"{n} {GPU_SOURCE_LABELS.get(source, source)}" for source, n in sources.items()]
+    return "GPU counts of parsed allocation rows: " + ", ".join(parts)
+
+
+def _hours(value: float | None) -> str:
+    return NOT_COMPUTED if value is None else f"{value:.3f}"
 
 
 def exposure_rows(result: BaselineResult) -> list[dict[str, Any]]:
     s = result.summary
+    node_hours = s["node_hours_by_state"]
+    gpu_hours = s["gpu_hours_by_state"]
     return [
         {
             "state": state,
             "allocations": n,
-            "node_hours": round(s["node_hours_by_state"][state], 3),
-            "gpu_hours": round(s["gpu_hours_by_state"][state], 3),
+            "node_hours": NOT_COMPUTED if node_hours is None else round(node_hours[state], 3),
+            "gpu_hours": NOT_COMPUTED if gpu_hours is None else round(gpu_hours[state], 3),
             "counts_as": _state_note(state),
         }
         for state, n in s["allocations_by_state"].items()
     ]
+
+
+def _cell(value: float | str) -> str:
+    return value if isinstance(value, str) else f"{value:.3f}"
 
 
 def exposure_table(result: BaselineResult) -> Table:
@@ -44,20 +91,29 @@ def exposure_table(result: BaselineResult) -> Table:
         table.add_row(
             row["state"],
             str(row["allocations"]),
-            f"{row['node_hours']:.3f}",
-            f"{row['gpu_hours']:.3f}",
+            _cell(row["node_hours"]),
+            _cell(row["gpu_hours"]),
             row["counts_as"],
         )
-    table.caption = (
+    chains = s["chains"]
+    caption = [
         f"rows read {s['rows_read']}, quarantined {s['rows_quarantined']}, duplicate captures "
         f"ignored {result.exposure.duplicates_ignored} · exposed GPU-h "
-        f"{s['exposed_gpu_hours']:.3f} (time limit alone {s['timeout_gpu_hours']:.3f}) · "
-        f"resubmission chains {len(s['chains'])}"
-    )
+        f"{_hours(s['exposed_gpu_hours'])} (time limit alone {_hours(s['timeout_gpu_hours'])})"
+        f" · resubmission chains {NOT_COMPUTED if chains is None else len(chains)}",
+        *not_computed_lines(result),
+    ]
+    sources = gpu_sources_line(result)
+    if sources:
+        caption.append(sources)
+    table.caption = "\n".join(caption)
+    if len(caption) > 1:  # lines of their own read better from the left
+        table.caption_justify = "left"
     return table
 
 
 def candidates_table(result: BaselineResult) -> Table:
+    missing = _not_computed(result)
     table = Table(title="Candidate workloads, by exposed GPU-hours")
     for col in ("rank", "job name", "account", "exposed GPU-h", "exposed allocs", "chains"):
         table.add_column(
@@ -69,15 +125,18 @@ def candidates_table(result: BaselineResult) -> Table:
             str(r["rank"]),
             name,
             account,
-            f"{r['exposed_gpu_hours']:.3f}",
+            NOT_COMPUTED if "exposed_gpu_hours" in missing else f"{r['exposed_gpu_hours']:.3f}",
             str(r["exposed_allocations"]),
-            str(r["chains"]),
+            NOT_COMPUTED if "chains" in missing else str(r["chains"]),
         )
+    if "candidates" in missing:
+        table.caption = f"{NOT_COMPUTED}: {missing['candidates']}"
     return table
 
 
 def baseline_markdown(result: BaselineResult) -> str:
     s = result.summary
+    missing = _not_computed(result)
     lines = [
         f"# Baseline exposure ({result.source})",
         "",
@@ -85,30 +144,47 @@ def baseline_markdown(result: BaselineResult) -> str:
         f"(see the `quarantine` dataset), duplicate captures ignored "
         f"{result.exposure.duplicates_ignored}. All figures are measured from accounting.",
         "",
+    ]
+    if missing:
+        lines += [f"- **{line}**" for line in not_computed_lines(result)] + [""]
+    sources = gpu_sources_line(result)
+    if sources:
+        lines += [sources + ".", ""]
+    lines += [
         "| state | allocations | node-hours | GPU-hours | counts as |",
         "|---|---:|---:|---:|---|",
     ]
     for row in exposure_rows(result):
         lines.append(
-            f"| {row['state']} | {row['allocations']} | {row['node_hours']:.3f} | "
-            f"{row['gpu_hours']:.3f} | {row['counts_as']} |"
+            f"| {row['state']} | {row['allocations']} | {_cell(row['node_hours'])} | "
+            f"{_cell(row['gpu_hours'])} | {row['counts_as']} |"
         )
+    chains = s["chains"]
     lines += [
         "",
-        f"**Exposed GPU-hours: {s['exposed_gpu_hours']:.3f}** "
-        f"({', '.join(EXPOSED_STATES)}); time limit alone: {s['timeout_gpu_hours']:.3f}.",
-        f"Resubmission chains: {len(s['chains'])}.",
+        f"**Exposed GPU-hours: {_hours(s['exposed_gpu_hours'])}** "
+        f"({', '.join(EXPOSED_STATES)}); time limit alone: {_hours(s['timeout_gpu_hours'])}.",
+        f"Resubmission chains: {NOT_COMPUTED if chains is None else len(chains)}.",
         "",
         "## Candidate workloads",
         "",
-        "| rank | workload | exposed GPU-h | exposed allocations | chains |",
-        "|---:|---|---:|---:|---:|",
     ]
-    for _, r in result.exposure.candidates.iterrows():
-        lines.append(
-            f"| {r['rank']} | {r['workload']} | {r['exposed_gpu_hours']:.3f} | "
-            f"{r['exposed_allocations']} | {r['chains']} |"
-        )
+    if "candidates" in missing:
+        lines.append(f"{NOT_COMPUTED}: {missing['candidates']}.")
+    else:
+        lines += [
+            "| rank | workload | exposed GPU-h | exposed allocations | chains |",
+            "|---:|---|---:|---:|---:|",
+        ]
+        for _, r in result.exposure.candidates.iterrows():
+            gpu_h = (
+                NOT_COMPUTED if "exposed_gpu_hours" in missing else f"{r['exposed_gpu_hours']:.3f}"
+            )
+            chain_count = NOT_COMPUTED if "chains" in missing else r["chains"]
+            lines.append(
+                f"| {r['rank']} | {r['workload']} | {gpu_h} | "
+                f"{r['exposed_allocations']} | {chain_count} |"
+            )
     lines += ["", "## What these numbers leave out", ""]
     lines += [f"- {text}" for text in LIMITATIONS]
     return "\n".join(lines)

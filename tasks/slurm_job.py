@@ -11,9 +11,10 @@
   workload's parent, so Slurm's kill still reaches it), then go on dumping every
   ``interval_s`` as the first attempt did.
 
-The job exits with the workload's status. Its events (`job_started` first thing, then
-`workload_started`, the checkpoint and restore events) are appended as JSON lines to
-``events``, which the harness reads.
+The job exits with the workload's status, or fails with the exception that ended its
+checkpoint thread. Its events (`job_started` first thing, then `workload_started`, the
+checkpoint and restore events) are appended as JSON lines to ``events``, which the harness
+reads.
 """
 
 from __future__ import annotations
@@ -58,8 +59,12 @@ def run(spec: dict[str, Any]) -> int:
 
     signal.signal(signal.SIGTERM, signalled)
     log = Path(spec["log"])
+    # The checkpoint this attempt restores is never cleaned up as stale at start-up.
+    protect = [Path(spec["restore_from"])] if spec["mode"] == "restore" else []
     criu = (
-        CriuCheckpointer(Path(spec["ckpt_root"]), int(spec["keep"]), recorder, trial, arm)
+        CriuCheckpointer(
+            Path(spec["ckpt_root"]), int(spec["keep"]), recorder, trial, arm, protect=protect
+        )
         if spec.get("checkpoint")
         else None
     )
@@ -83,11 +88,15 @@ def run(spec: dict[str, Any]) -> int:
     periodic = None
     if criu is not None:
         proc = WorkloadProcess(node, arm, pid, log)
-        periodic = PeriodicCheckpoints(criu, proc, float(spec["interval_s"])).start()
+        # A dead checkpoint thread ends the attempt: its launcher (or foreground CRIU) is
+        # killed, the job fails with the exception, and Slurm ends what is left of the job.
+        periodic = PeriodicCheckpoints(
+            criu, proc, float(spec["interval_s"]), on_failure=lambda _exc: root.kill()
+        ).start()
     rc = root.wait()
-    if periodic is not None:
-        periodic.stop()
     recorder.record(trial, arm, "workload_exited", rc=rc)
+    if periodic is not None:
+        periodic.stop()  # raises what ended the checkpoint thread, if anything did
     return rc
 
 

@@ -18,6 +18,7 @@ JSON_KEYS = {
     "exposed_gpu_hours",
     "timeout_gpu_hours",
     "chains",
+    "not_computed",
 }
 
 DUMP = (

@@ -8,6 +8,7 @@ and ends with nothing left running.
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 import socket
@@ -21,8 +22,9 @@ import pytest
 
 from tasks.checkpointers.criu import CriuCheckpointer, CriuError, PeriodicCheckpoints
 from tasks.checkpointers.none import NoCheckpointer
-from tasks.clock import EventRecorder
+from tasks.clock import EventRecorder, read_journal
 from tasks.clusters.local import LocalCluster
+from tasks.engine import run_folder, run_side_by_side
 from tasks.errors import BlastRadiusError
 from tasks.plan import load_plan
 from tasks.probes import LogProgressProbe, last_step_before, wait_ready
@@ -46,8 +48,15 @@ def engine(tmp_path: Path, criu_binary: str):
     yield cluster, recorder, criu_binary, tmp_path
     left = cluster.stop_all()
     assert left == [], f"processes left running: {left}"
-    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    assert str(tmp_path) not in ps, "a process of this test outlived it"
+    cluster.close()  # its reaper, whose command line names the run folder, ends too
+    assert str(tmp_path) not in _ps("pid,args"), "a process of this test outlived it"
+
+
+def _ps(columns: str) -> str:
+    """Every process, command lines in full (-ww: without a terminal ps cuts at 80)."""
+    return subprocess.run(
+        ["ps", "-e", "-ww", "-o", columns], capture_output=True, text=True, check=True
+    ).stdout
 
 
 def _losses(text: str) -> dict[int, str]:
@@ -180,8 +189,8 @@ def test_a_restore_that_hangs_is_killed_with_its_children(engine) -> None:
     with pytest.raises(CriuError, match="did not finish within 8 s"):
         ckpt.restore(cluster, "local-a")
     time.sleep(0.5)
-    ps = subprocess.run(["ps", "-eo", "stat,args"], capture_output=True, text=True).stdout
-    running = [line for line in ps.splitlines() if str(good.path) in line and "Z" not in line[:2]]
+    ps = _ps("stat,args").splitlines()
+    running = [line for line in ps if str(good.path) in line and "Z" not in line[:2]]
     assert running == []
 
 
@@ -243,3 +252,58 @@ def test_engine_refuses_slots_and_pids_it_does_not_own(engine) -> None:
 
     with pytest.raises(BlastRadiusError):
         cluster.kill(WorkloadProcess("local-a", "managed", 1, Path("/dev/null")))
+
+
+def test_a_checkpoint_thread_that_raises_is_raised_by_stop(engine) -> None:
+    cluster, recorder, criu, tmp = engine
+    proc = cluster.start("local-a", "managed", [*TRAIN, "--steps", "100000"])
+    ckpt = CriuCheckpointer(tmp / "ckpt", keep=1, recorder=recorder, trial_id="t7", binary=criu)
+    # An infinite interval makes the schedule's wait raise OverflowError in the thread.
+    periodic = PeriodicCheckpoints(ckpt, proc, interval_s=math.inf).start()
+    deadline = time.monotonic() + 10
+    while periodic.failure is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with pytest.raises(OverflowError):
+        periodic.stop()
+    periodic.stop()  # raised once: a caller's cleanup that stops it again still runs
+    failed = recorder.events(event="thread_failed")
+    assert failed and "OverflowError" in failed[0].detail["error"]
+
+
+def _failing_side_by_side(write_plan, overrides: dict, criu_binary: str, monkeypatch) -> tuple:
+    """Run the engine on the demo plan with ``overrides``; (exception, seconds, run folder)."""
+    monkeypatch.setenv("CKPT_POC_CRIU", criu_binary)
+    path = write_plan(overrides)
+    plan = load_plan(path)
+    ctx = make_run_context(plan, path, stage="side_by_side")
+    t0 = time.monotonic()
+    with pytest.raises(Exception) as info:
+        run_side_by_side(plan, ctx, timeout_s=120)
+    took = time.monotonic() - t0
+    ps = _ps("stat,args").splitlines()
+    left = [ln for ln in ps if str(run_folder(ctx)) in ln and not ln.startswith("Z")]
+    assert left == [], "the failed run left processes running"
+    return info.value, took, run_folder(ctx)
+
+
+def test_a_checkpoint_thread_that_raises_fails_the_side_by_side_run(
+    write_plan, criu_binary, monkeypatch
+) -> None:
+    exc, took, folder = _failing_side_by_side(
+        write_plan, {"checkpointer.interval_s": math.inf}, criu_binary, monkeypatch
+    )
+    assert isinstance(exc, OverflowError)
+    assert took < 6, "the run went on after its checkpoint thread died"  # the workload: ~8 s
+    assert [e.event for e in read_journal(folder / "events.jsonl")].count("thread_failed") == 1
+
+
+def test_a_probe_thread_that_raises_fails_the_side_by_side_run(
+    write_plan, criu_binary, monkeypatch
+) -> None:
+    # One capture group, as the plan requires, but it holds no number: int() raises.
+    exc, took, folder = _failing_side_by_side(
+        write_plan, {"workload.progress_probe.log_regex": "^(s)tep="}, criu_binary, monkeypatch
+    )
+    assert isinstance(exc, ValueError) and "invalid literal for int()" in str(exc)
+    assert took < 6
+    assert "thread_failed" in {e.event for e in read_journal(folder / "events.jsonl")}

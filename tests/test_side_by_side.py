@@ -1,5 +1,6 @@
 """The engine end to end from the CLI (a real Prefect server, real CRIU): both copies of the
-demo workload run to the end, the managed one is checkpointed, every event is on disk."""
+demo workload run to the end, the managed one is checkpointed, every event is on disk (in
+the `events` dataset and the run's journal alike)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 
 import pytest
 
+from tasks.clock import read_journal
 from tasks.datasets import EVENTS, read_dataset
 
 pytestmark = pytest.mark.criu
@@ -38,3 +40,9 @@ def test_side_by_side_demo_plan(cli, write_plan, tmp_path, criu_binary) -> None:
     assert "checkpoint_start" not in by_arm["unmanaged"]
     mono = events.sort_values("t_wall")["t_mono_ns"].astype("int64")
     assert mono.is_monotonic_increasing  # one clock: wall and monotonic orders agree
+    # The run's journal, written as the events happened, holds the same events.
+    (run_id,) = set(events["run_id"])
+    journal = read_journal(tmp_path / "data" / "demo" / "runs" / run_id / "events.jsonl")
+    assert sorted((e.arm, e.event, e.t_mono_ns) for e in journal) == sorted(
+        zip(events["arm"], events["event"], events["t_mono_ns"].astype("int64"), strict=True)
+    )

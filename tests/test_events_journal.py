@@ -1,0 +1,76 @@
+"""The run's events journal (`<run folder>/events.jsonl`): what a killed process leaves.
+
+A real recorder runs in a subprocess and is killed with SIGKILL: its lifecycle events are in
+the journal as soon as they are recorded, its batched `progress` events within
+JOURNAL_FLUSH_S, and a run that ends normally journals exactly what it records.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from tasks.clock import JOURNAL, JOURNAL_FLUSH_S, EventRecorder, read_journal
+from tasks.engine import run_folder
+from tasks.plan import load_plan
+from tasks.runctx import make_run_context
+from tests.conftest import REPO
+
+RECORDER = """
+import sys, time
+from tasks.clock import EventRecorder
+from tasks.plan import load_plan
+from tasks.runctx import make_run_context
+
+plan = load_plan(sys.argv[1])
+recorder = EventRecorder(make_run_context(plan, sys.argv[1], run_id="journalled"))
+recorder.record("t", "managed", "launch", slot="local-a")
+print("launched", flush=True)
+for step in range(1, 51):
+    recorder.record("t", "managed", "progress", step=step)
+print("stepped", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_killed_recorder_leaves_its_events_in_the_journal(write_plan) -> None:
+    plan_path = write_plan()
+    journal = run_folder(make_run_context(load_plan(plan_path), plan_path, "journalled")) / JOURNAL
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RECORDER, str(plan_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "launched"
+        # A lifecycle event is in the file before record() returns.
+        assert [e.event for e in read_journal(journal)] == ["launch"]
+        assert proc.stdout.readline().strip() == "stepped"
+        time.sleep(JOURNAL_FLUSH_S + 0.5)  # the batch writer's lag, and some slack
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        events = read_journal(journal)
+        assert [e.event for e in events] == ["launch"] + ["progress"] * 50
+        assert [e.detail["step"] for e in events[1:]] == list(range(1, 51))
+        assert events[0].detail == {"slot": "local-a"} and events[0].t_wall.tzinfo is not None
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_recorder_that_flushes_journals_exactly_what_it_recorded(write_plan) -> None:
+    plan_path = write_plan()
+    ctx = make_run_context(load_plan(plan_path), plan_path, "flushed")
+    recorder = EventRecorder(ctx)
+    recorder.record("t", "managed", "launch")
+    for step in range(1, 201):
+        recorder.record("t", "managed", "progress", step=step)
+    recorder.record("t", "managed", "exited")
+    recorder.flush()
+    journalled = read_journal(run_folder(ctx) / JOURNAL)
+    assert journalled == recorder.events()  # same events, same order, same clocks

@@ -1,0 +1,184 @@
+"""A Slurm plan's nodes and partition checked against the cluster with sinfo, when it answers.
+
+The tests marked ``slurm`` run against the real single-node Slurm of scripts/slurm-up (node
+``ckpt-node1`` in partition ``poc``); the others check that a missing, broken or silent sinfo
+skips the check with a warning instead of failing the plan.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks.errors import PlanError
+from tasks.plan import load_plan
+from tasks.plan_cluster import check_slurm_nodes, parse_sinfo_nodes
+from tests import slurm_cluster
+from tests.conftest import REPO
+
+# Ports of this module's own cluster, apart from the other Slurm tests' clusters.
+PORTS = {
+    "CKPT_SLURM_DB_PORT": "23326",
+    "CKPT_SLURM_CTLD_PORT": "26837",
+    "CKPT_SLURM_D_PORT": "26838",
+    "CKPT_SLURM_DBD_PORT": "26839",
+}
+
+
+def _slurm_plan(write_plan, nodes: list[str], queue: str = "poc") -> Path:
+    return write_plan(
+        {
+            "cluster.kind": "slurm",
+            "cluster.nodes": nodes,
+            "cluster.queue": queue,
+            "faults": [{"kind": "scancel"}],
+        }
+    )
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if t == text)
+
+
+# --- without a cluster: the check is skipped and says why -------------------------------------
+
+
+def test_parse_sinfo_nodes_reads_node_partition_pairs() -> None:
+    out = "gpu-a poc*\ngpu-a debug\ngpu-b debug\n\n"
+    assert parse_sinfo_nodes(out) == {"gpu-a": {"poc", "debug"}, "gpu-b": {"debug"}}
+
+
+def test_no_sinfo_on_path_skips_with_a_warning(
+    write_plan, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    monkeypatch.setenv("PATH", str(empty_bin))
+    path = _slurm_plan(write_plan, ["gpu-test-01"])
+
+    plan = load_plan(path)
+
+    line = _line_of(path, "  nodes:")
+    assert plan.check_warnings == (
+        f"{path}:{line}: cluster.nodes: not checked against the cluster: sinfo is not on PATH",
+    )
+
+
+NO_SINFO = shutil.which("sinfo") is None
+
+
+@pytest.mark.skipif(
+    NO_SINFO or Path("/etc/slurm/slurm.conf").exists(),
+    reason="needs Slurm's client (sinfo) on a machine with no Slurm configured",
+)
+def test_sinfo_without_a_configuration_skips_with_its_reason() -> None:
+    # The real sinfo with no slurm.conf anywhere: it looks for DNS SRV records and exits 1.
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_CONF"}
+    check = check_slurm_nodes(["gpu-test-01"], "poc", env=env)
+    assert check.problems == []
+    assert (
+        check.skipped == "sinfo exited 1: sinfo: fatal: Could not establish a configuration source"
+    )
+
+
+@pytest.mark.skipif(NO_SINFO, reason="needs Slurm's client (sinfo)")
+def test_sinfo_that_does_not_answer_is_abandoned(tmp_path: Path) -> None:
+    # The real sinfo, pointed at a slurm.conf that is not there (yet): it retries for 60 s.
+    env = {**os.environ, "SLURM_CONF": str(tmp_path / "absent" / "slurm.conf")}
+    started = time.monotonic()
+    check = check_slurm_nodes(["gpu-test-01"], "poc", env=env, timeout_s=1)
+    assert time.monotonic() - started < 10
+    assert check.problems == []
+    assert check.skipped == "sinfo did not answer within 1 s"
+
+
+def test_local_plan_never_asks_sinfo(write_plan, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sinfo, and no warning about it either
+    assert load_plan(write_plan()).check_warnings == ()
+
+
+# --- against a real Slurm -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def slurm_conf(tmp_path_factory) -> Iterator[str]:
+    directory = tmp_path_factory.mktemp("slurm-plan")
+    saved = {k: os.environ.get(k) for k in PORTS}
+    os.environ.update(PORTS)
+    try:
+        yield slurm_cluster.ensure_slurm_up(directory)["SLURM_CONF"]
+    finally:
+        subprocess.run(
+            [str(REPO / "scripts" / "slurm-down"), "--purge", str(directory)],
+            check=False,
+            timeout=120,
+        )
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def on_cluster(slurm_conf: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """load_plan's sinfo talks to the test cluster, as it would with the site's SLURM_CONF."""
+    monkeypatch.setenv("SLURM_CONF", slurm_conf)
+    return slurm_conf
+
+
+@pytest.mark.slurm
+def test_plan_with_the_clusters_node_loads_without_warnings(write_plan, on_cluster) -> None:
+    plan = load_plan(_slurm_plan(write_plan, ["ckpt-node1"]))
+    assert plan.cluster.nodes == ["ckpt-node1"]
+    assert plan.check_warnings == ()
+
+
+@pytest.mark.slurm
+def test_unknown_node_is_a_plan_error_naming_node_line_and_sinfo(write_plan, on_cluster) -> None:
+    path = _slurm_plan(write_plan, ["ckpt-node1", "ckpt-node9"])
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    line = _line_of(path, "  - ckpt-node9")
+    assert info.value.problems == [
+        f"{path}:{line}: cluster.nodes.1: node 'ckpt-node9' is not in this Slurm cluster "
+        "(sinfo lists: ckpt-node1)"
+    ]
+
+
+@pytest.mark.slurm
+def test_unknown_partition_is_a_plan_error(write_plan, on_cluster) -> None:
+    path = _slurm_plan(write_plan, ["ckpt-node1"], queue="gpu-long")
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    line = _line_of(path, "  queue: gpu-long")
+    assert info.value.problems == [
+        f"{path}:{line}: cluster.queue: partition 'gpu-long' is not in this Slurm cluster "
+        "(sinfo lists: poc)"
+    ]
+
+
+@pytest.mark.slurm
+def test_node_outside_the_plans_partition_is_a_plan_error(write_plan, on_cluster) -> None:
+    # A real partition that holds no node (absent from `sinfo -N`, present in `sinfo -o %P`).
+    env = {**os.environ, "SLURM_CONF": on_cluster}
+    subprocess.run(["scontrol", "create", "PartitionName=empty-q"], env=env, check=True, timeout=30)
+    try:
+        path = _slurm_plan(write_plan, ["ckpt-node1"], queue="empty-q")
+        with pytest.raises(PlanError) as info:
+            load_plan(path)
+    finally:
+        subprocess.run(
+            ["scontrol", "delete", "PartitionName=empty-q"], env=env, check=True, timeout=30
+        )
+    line = _line_of(path, "  - ckpt-node1")
+    assert info.value.problems == [
+        f"{path}:{line}: cluster.nodes.0: node 'ckpt-node1' is not in partition 'empty-q' "
+        "(sinfo lists it in: poc)"
+    ]
