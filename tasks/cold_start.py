@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.checkpointers.criu import CriuCheckpointer, CriuError
+from tasks.checkpointers.criu import CriuCheckpointer, CriuError, clean_dead_roots
 from tasks.checkpoints import checkpoint_rows
 from tasks.clock import Event, EventRecorder, span_s
 from tasks.clusters.local import LocalCluster, WorkloadProcess
@@ -196,12 +196,14 @@ def run_cold_start(
     cluster = LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
     rows: list[dict[str, Any]] = []
+    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
     try:
         preflight_local(plan, ctx, cluster)
         for repeat in range(repeats or plan.repeats):
             rows += cold_start_pair(plan, ctx, cluster, rec, repeat, timeout_s, drop_caches)
     finally:
         cluster.stop_all()
+        cluster.close()  # its reaper: nothing left to end
         rec.flush()
     events = rec.events()
     trials = as_trials(

@@ -25,7 +25,12 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.checkpointers.criu import CriuCheckpointer, CriuError, PeriodicCheckpoints
+from tasks.checkpointers.criu import (
+    CriuCheckpointer,
+    CriuError,
+    PeriodicCheckpoints,
+    clean_dead_roots,
+)
 from tasks.checkpoints import checkpoint_rows
 from tasks.clock import Event, EventRecorder
 from tasks.clusters.local import LocalCluster
@@ -168,6 +173,7 @@ def run_overhead(
     cluster = LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
     rows = []
+    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
     try:
         preflight_local(plan, ctx, cluster)
         for variant in variants:
@@ -176,6 +182,7 @@ def run_overhead(
                     rows.append(timed_run(plan, ctx, cluster, rec, variant, pair, arm, timeout_s))
     finally:
         cluster.stop_all()
+        cluster.close()  # its reaper: nothing left to end
         rec.flush()
     events = rec.events()
     dumps = checkpoint_rows(events, plan, plan.cluster.nodes[0])

@@ -31,7 +31,13 @@ import numpy as np
 import pandas as pd
 
 from tasks import experiments
-from tasks.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError, PeriodicCheckpoints
+from tasks.checkpointers.criu import (
+    Checkpoint,
+    CriuCheckpointer,
+    CriuError,
+    PeriodicCheckpoints,
+    clean_dead_roots,
+)
 from tasks.checkpointers.none import NoCheckpointer
 from tasks.checkpoints import checkpoint_rows
 from tasks.clock import Event, EventRecorder, span_s
@@ -606,6 +612,7 @@ def run_recovery(
         fault_timeout_s,
     )
     runner = TRIAL_RUNNERS[plan.cluster.kind]
+    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
     rows: list[dict[str, Any]] = []
     stopped = None
     try:
@@ -621,6 +628,8 @@ def run_recovery(
                 break
     finally:
         setup.cluster.stop_all()
+        if isinstance(setup.cluster, LocalCluster):
+            setup.cluster.close()  # its reaper: nothing left to end
         setup.recorder.flush()
     return RecoveryRun(
         as_trials([pd.DataFrame(rows)], ctx),

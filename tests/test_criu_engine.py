@@ -270,11 +270,17 @@ def test_a_checkpoint_thread_that_raises_is_raised_by_stop(engine) -> None:
     assert failed and "OverflowError" in failed[0].detail["error"]
 
 
-def _failing_side_by_side(write_plan, overrides: dict, criu_binary: str, monkeypatch) -> tuple:
-    """Run the engine on the demo plan with ``overrides``; (exception, seconds, run folder)."""
+def _failing_side_by_side(
+    write_plan, overrides: dict, criu_binary: str, monkeypatch, interval_s: float | None = None
+) -> tuple:
+    """Run the engine on the demo plan with ``overrides`` (and, past the plan's validation,
+    ``interval_s``); (exception, seconds, run folder)."""
     monkeypatch.setenv("CKPT_POC_CRIU", criu_binary)
     path = write_plan(overrides)
     plan = load_plan(path)
+    if interval_s is not None:  # a value the plan now refuses: the thread must still fail
+        checkpointer = plan.checkpointer.model_copy(update={"interval_s": interval_s})
+        plan = plan.model_copy(update={"checkpointer": checkpointer})
     ctx = make_run_context(plan, path, stage="side_by_side")
     t0 = time.monotonic()
     with pytest.raises(Exception) as info:
@@ -290,7 +296,7 @@ def test_a_checkpoint_thread_that_raises_fails_the_side_by_side_run(
     write_plan, criu_binary, monkeypatch
 ) -> None:
     exc, took, folder = _failing_side_by_side(
-        write_plan, {"checkpointer.interval_s": math.inf}, criu_binary, monkeypatch
+        write_plan, {}, criu_binary, monkeypatch, interval_s=math.inf
     )
     assert isinstance(exc, OverflowError)
     assert took < 6, "the run went on after its checkpoint thread died"  # the workload: ~8 s

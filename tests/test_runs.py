@@ -208,3 +208,51 @@ def _trial_rows(plan):
         **collect_fingerprint(),
     )
     return pd.DataFrame([row, {**row, "arm": "unmanaged"}])
+
+
+def test_a_baseline_killed_after_its_first_jobs_file_leaves_nothing_visible(
+    tmp_path: Path,
+) -> None:
+    """The issue's case: SIGKILL once the out-of-core path has written its first `jobs`
+    block. Before commit records, every reader took those rows without an exposure."""
+    from bench.synth_sacct import write_dump
+    from tasks.datasets import EXPOSURE, JOBS
+
+    dump = write_dump(tmp_path / "big.psv", rows=400_000, seed=7)
+    data = tmp_path / "data"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+        "PREFECT_HOME": str(tmp_path / "prefect-home"),
+        "CKPT_POC_PSEUDONYM_KEY": "0123456789abcdef0123456789abcdef",
+    }
+    command = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flows.cli",
+            "baseline",
+            str(_plan(tmp_path, data)),
+            "--sacct-file",
+            str(dump),
+            "--dask",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    jobs = data / "demo" / "jobs"
+    deadline = time.monotonic() + 240
+    while not list(jobs.glob("week=*/*.parquet")) and time.monotonic() < deadline:
+        assert command.poll() is None, "the baseline ended before writing its first block"
+        time.sleep(0.05)
+    command.send_signal(signal.SIGKILL)
+    command.wait(timeout=10)
+    assert list(jobs.glob("week=*/*.parquet")), "no jobs block was written within 240 s"
+
+    assert read_dataset(JOBS, data_dir=data, poc="demo").empty
+    assert read_dataset(EXPOSURE, data_dir=data, poc="demo").empty
+    left = status_summary(data, "demo")["uncommitted"]
+    assert len(left) == 1 and left[0]["stage"] == "baseline" and left[0]["files"]
+    clean_uncommitted(data, "demo")
+    assert not list((data / "demo").glob("*/week=*/*.parquet"))
