@@ -12,9 +12,10 @@ stdout and stderr to a log file) runs alternately in two modes, A B B A A B B A 
 * **harness** (B): a ``tasks.probes.LogProgressProbe`` tails its log at its defaults (on a
   local Linux filesystem: woken by inotify, a safety read every 0.5 s; elsewhere, or with
   ``--no-watch``: a read every 10 ms) with the engine's progress regex and records a
-  ``progress`` event per new step (its default) into a ``tasks.clock.EventRecorder`` (in
-  memory, not flushed: writing parquet happens once per run, after the workload, and is not
-  a cost the workload sees). The probe's mode, and why, is printed and recorded.
+  ``progress`` event per new step (its default) into a ``tasks.clock.EventRecorder``, which
+  journals events to the run folder as they happen (``progress`` in batches, at most 0.5 s
+  late); writing parquet happens once per run, after the workload, and is not a cost the
+  workload sees. The probe's mode, and why, is printed and recorded.
 
 The workload is started with ``subprocess.Popen``, not ``LocalCluster`` (its ``unshare``
 launcher and pid polling would add the same cost to both modes and only add noise).
