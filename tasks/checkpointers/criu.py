@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tasks.clock import Event, EventRecorder
-from tasks.clusters.local import LocalCluster, RunReaper, WorkloadProcess
+from tasks.clusters.local import LocalCluster, RunReaper, WorkloadProcess, descendants
 from tasks.errors import CkptPocError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -59,22 +59,6 @@ def find_criu() -> str:
         "CRIU not found: run scripts/install-criu (it builds CRIU 4.x into .tools/criu), "
         "or set CKPT_POC_CRIU to a criu binary whose `criu check` passes"
     )
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (children first found, depth first)."""
-    found: list[int] = []
-    stack = [pid]
-    while stack:
-        parent = stack.pop()
-        try:
-            with open(f"/proc/{parent}/task/{parent}/children", encoding="ascii") as fh:
-                kids = [int(k) for k in fh.read().split()]
-        except FileNotFoundError:
-            continue
-        found.extend(kids)
-        stack.extend(kids)
-    return found
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -250,7 +234,7 @@ class CriuCheckpointer:
                     reaper.watch_pidfile(pidfile, proc.pid)
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            for pid in [*_descendants(proc.pid), proc.pid]:
+            for pid in [*descendants(proc.pid), proc.pid]:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             proc.communicate()

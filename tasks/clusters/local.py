@@ -71,7 +71,7 @@ def child_pids(pid: int) -> list[int]:
         return []
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every process below ``pid``, the children of each of its threads included."""
     found: list[int] = []
     stack = [pid]
@@ -135,7 +135,7 @@ def _reap_when_harness_dies(log_path: str) -> None:
             if start_ticks(pid) != ticks:
                 continue  # gone, or the pid now names another process: never touched
             victims[pid] = ticks
-            for kid in _descendants(pid):  # started by the run's own process
+            for kid in descendants(pid):  # started by the run's own process
                 if (kid_ticks := start_ticks(kid)) is not None:
                     victims[kid] = kid_ticks
         for path, not_before in pidfiles.items():
