@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from tasks.accounting import SLURM_STATES
 from tasks.errors import DatasetError
 from tasks.fingerprint import FINGERPRINT_COLUMNS
+from tasks.plan import SAMPLE_UNITS
 from tasks.runs import committed_run_ids, run_id_of
 
 SCHEMA_VERSION = "1"
@@ -107,6 +108,7 @@ _FP = tuple(
     Column(name, I64 if name in ("fp_cores", "fp_mem_bytes", "fp_gpu_count") else S, False)
     for name in FINGERPRINT_COLUMNS
 )
+ARMS = ("managed", "unmanaged")
 _RUN = (
     Column("poc", S, False, doc="the plan's poc name"),
     Column("run_id", S, False, doc="the run that wrote the row"),
@@ -220,7 +222,7 @@ EVENTS = DatasetSpec(
     columns=(
         *_RUN,
         Column("trial_id", S, False),
-        Column("arm", S, False, allowed=("managed", "unmanaged")),
+        Column("arm", S, False, allowed=ARMS),
         Column("event", S, False),
         Column("t_wall", TS, False, doc="UTC wall clock, for people and partitions"),
         Column("t_mono_ns", I64, False, min=0, doc="CLOCK_MONOTONIC ns: durations use this"),
@@ -239,7 +241,7 @@ TRIALS = DatasetSpec(
         *_RUN,
         Column("measure", S, False, allowed=("recovery", "overhead", "cold_start", "checkpoint")),
         Column("trial_id", S, False),
-        Column("arm", S, False, allowed=("managed", "unmanaged")),
+        Column("arm", S, False, allowed=ARMS),
         Column("fault", S),
         Column("repeat", I64, False, min=0),
         Column("status", S, False, allowed=("ok", "failed")),
@@ -285,8 +287,162 @@ TRIALS = DatasetSpec(
     ),
 )
 
+SAMPLE_SOURCES = ("nvml", "procfs", "prometheus", "import")
+
+SAMPLES = DatasetSpec(
+    name="samples",
+    doc=(
+        "The long window: one row per (entity, metric, interval) a sampler read; each row "
+        "covers its whole interval [t_from, t_to]. `device` says whose data it is: a CPU row "
+        "is never a GPU row, and `metric` keeps a duty cycle apart from SM activity."
+    ),
+    key=("node", "source", "entity", "metric", "t_to"),
+    week_from="t_to",
+    columns=(
+        *_RUN,
+        Column("node", S, False, doc="the plan's test node"),
+        Column("source", S, False, allowed=SAMPLE_SOURCES),
+        Column(
+            "entity",
+            S,
+            False,
+            doc="GPU UUID (nvml), 'host' or 'pid:N' (procfs), a series label (prometheus), "
+            "the export's entity (import)",
+        ),
+        Column("device", S, False, allowed=("gpu", "cpu", "unknown")),
+        Column("gpu_uuid", S, doc="the GPU by UUID; the NVML index alone never names a GPU"),
+        Column("gpu_index", I64, min=0, doc="NVML ordinal at sampling time, informative only"),
+        Column(
+            "metric",
+            S,
+            False,
+            doc="gpu_utilization (driver duty cycle), sm_activity, sm_occupancy, "
+            "memory_used_bytes, power_w, process_sm_utilization, cpu_utilization, …",
+        ),
+        Column("unit", S, False, allowed=SAMPLE_UNITS),
+        Column("value", F64, False),
+        Column("t_from", TS, False, doc="start of the interval the value covers"),
+        Column("t_to", TS, False, doc="end of the interval (the read)"),
+        Column("points", I64, False, min=1, doc="driver/exporter readings the value averages"),
+        Column("pid", I64, min=0, doc="the process a per-process row is about"),
+        Column("job_id", S, doc="the scheduler's job (Slurm id) or the local run's copy"),
+        Column("arm", S, allowed=ARMS),
+        Column("workload", S, doc="the plan's workload name when the sample is a PoC job's"),
+        Column("trial_id", S),
+        Column(
+            "attributed_by",
+            S,
+            False,
+            allowed=("env", "cgroup", "gres", "cuda_visible_devices", "label", "none"),
+            doc="how the row was tied to a job; 'none': no PoC job (kept, labelled)",
+        ),
+        *_FP,
+    ),
+)
+
+SAMPLE_GAPS = DatasetSpec(
+    name="sample_gaps",
+    doc="Every stretch of the window that has no samples, with why: gaps are rows, never silent.",
+    key=("node", "source", "entity", "metric", "t_from"),
+    week_from="t_from",
+    columns=(
+        *_RUN,
+        Column("node", S, False),
+        Column("source", S, False, allowed=SAMPLE_SOURCES),
+        Column("entity", S, doc="null: the whole node"),
+        Column("metric", S, doc="null: every metric"),
+        Column("t_from", TS, False),
+        Column("t_to", TS, False),
+        Column("gap_s", F64, False, min=0),
+        Column("reason", S, False),
+        Column(
+            "detected_by",
+            S,
+            False,
+            allowed=("sampler", "next_run", "import", "prometheus"),
+            doc="the run itself, or the next run finding a span no run covered",
+        ),
+        *_FP,
+    ),
+)
+
+UTILIZATION = DatasetSpec(
+    name="utilization",
+    doc=(
+        "Job-level utilization per arm, ISO week and workload (DESIGN §4): the allocation "
+        "split into delivered, lost and idle (checkpointing, recovery, other) GPU-hours, "
+        "which add up to it exactly; goodput = delivered / allocated."
+    ),
+    key=("run_id", "week", "arm", "workload"),
+    week_from="week_start",
+    columns=(
+        *_RUN,
+        Column("week", S, False, doc="ISO week YYYY-Www"),
+        Column("week_start", TS, False),
+        Column("arm", S, False, allowed=ARMS),
+        Column("workload", S, False),
+        Column("jobs", I64, False, min=0, doc="attempts (copies) that held an allocation"),
+        Column("allocated_gpu_h", F64, False, min=0),
+        Column("delivered_gpu_h", F64, False, min=0),
+        Column("lost_gpu_h", F64, False, min=0),
+        Column("idle_checkpoint_gpu_h", F64, False, min=0, doc="frozen for a checkpoint"),
+        Column("idle_recovery_gpu_h", F64, False, min=0, doc="fault → serving again"),
+        Column("idle_other_gpu_h", F64, False, min=0, doc="allocated, not progressing"),
+        Column("goodput", F64, min=0, max=1, doc="delivered / allocated; null: no allocation"),
+        Column("busy_fraction", F64, min=0, doc="mean of the samples over the allocation"),
+        Column("busy_metric", S, doc="the sample metric busy_fraction comes from"),
+        Column("samples", I64, False, min=0),
+        Column("computed_at", TS, False),
+        *_FP,
+    ),
+)
+
+REPORTS = DatasetSpec(
+    name="reports",
+    doc=(
+        "The weekly report: one row per (measure, arm, week), measured or extrapolated "
+        "(with its inputs), against the plan's threshold."
+    ),
+    key=("run_id", "week", "measure", "arm"),
+    week_from="week_start",
+    columns=(
+        *_RUN,
+        Column("week", S, False),
+        Column("week_start", TS, False),
+        Column("measure", S, False),
+        Column("arm", S, False, allowed=(*ARMS, "both")),
+        Column("n", I64, False, min=0),
+        Column("value", F64),
+        Column("ci_low", F64),
+        Column("ci_high", F64),
+        Column("unit", S, False),
+        Column("method", S, False, doc="how value and CI were computed"),
+        Column("basis", S, False, allowed=("measured", "extrapolated")),
+        Column("inputs", S, doc="JSON: the rows and figures an extrapolated value came from"),
+        Column("threshold", F64),
+        Column("verdict", S, False, allowed=("met", "not met", "no data", "blocked", "info")),
+        Column(
+            "segment", I64, False, min=0, doc="comparability segment; a change point starts one"
+        ),
+        Column("computed_at", TS, False),
+        *_FP,
+    ),
+)
+
 DATASETS: dict[str, DatasetSpec] = {
-    d.name: d for d in (JOBS, QUARANTINE, EXPOSURE, GATES, EVENTS, TRIALS)
+    d.name: d
+    for d in (
+        JOBS,
+        QUARANTINE,
+        EXPOSURE,
+        GATES,
+        EVENTS,
+        TRIALS,
+        SAMPLES,
+        SAMPLE_GAPS,
+        UTILIZATION,
+        REPORTS,
+    )
 }
 
 
