@@ -318,6 +318,43 @@ def cold_start_cmd(
     out.print(f"plot: {result['plot']}", highlight=False)
 
 
+@app.command("sample")
+def sample_cmd(
+    plan: PlanArg,
+    span_s: Annotated[
+        float | None, typer.Option("--span-s", help="seconds to sample (default: the plan's)")
+    ] = None,
+    interval_s: Annotated[
+        float | None,
+        typer.Option("--interval-s", help="seconds between reads (default: the plan's)"),
+    ] = None,
+    node: Annotated[
+        str | None, typer.Option(help="one of the plan's nodes (default: all it can read)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the result as JSON")] = False,
+) -> None:
+    """One sampler span on each test node (the plan's window.sampler); gaps since the last
+    span become rows of `sample_gaps`."""
+    _flows_ready()
+    from flows.sample_window import sample_window
+
+    try:
+        result = sample_window(str(plan), span_s, interval_s, node)
+    except CkptPocError as exc:
+        _fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(result) + "\n")
+        return
+    out.print(
+        f"[bold]sampled[/] {', '.join(result['nodes'])}: {result['samples']} rows, "
+        f"{result['gaps']} gap row(s), {result['reads']} reads from {result['from']} to "
+        f"{result['to']}",
+        highlight=False,
+    )
+    if result["salvaged_runs"]:
+        out.print(f"kept what killed sampler runs flushed: {', '.join(result['salvaged_runs'])}")
+
+
 def _print_failures(failures: list[dict], tail_lines: int = 3) -> None:
     """Each failed trial: its reason, then the last lines of the workload's own log."""
     for failure in failures:

@@ -193,7 +193,9 @@ def run_cold_start(
     drop_caches: bool = True,
 ) -> ColdStartRun:
     ensure_overhead_supports(plan)
-    cluster = LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
+    cluster = LocalCluster(
+        list(plan.cluster.nodes), run_folder(ctx), Path.cwd(), workload=plan.workload.name
+    )
     rec = EventRecorder(ctx)
     rows: list[dict[str, Any]] = []
     clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left

@@ -159,7 +159,9 @@ def run_side_by_side(
     """Run both copies until training ends (or, for a server, ``serve_s`` after ready)."""
     ensure_engine_supports(plan)
     run_dir = run_folder(ctx)
-    cluster = LocalCluster(list(plan.cluster.nodes), run_dir, workdir=Path.cwd())
+    cluster = LocalCluster(
+        list(plan.cluster.nodes), run_dir, workdir=Path.cwd(), workload=plan.workload.name
+    )
     recorder = EventRecorder(ctx)
     trial = "side-by-side"
     # What killed runs of this PoC left (their owners are gone; a live run's are not touched).

@@ -170,7 +170,9 @@ def run_overhead(
 ) -> OverheadRun:
     """``pairs`` (default: the plan's repeats) interleaved A/B pairs per variant."""
     ensure_overhead_supports(plan)
-    cluster = LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
+    cluster = LocalCluster(
+        list(plan.cluster.nodes), run_folder(ctx), Path.cwd(), workload=plan.workload.name
+    )
     rec = EventRecorder(ctx)
     rows = []
     clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left

@@ -531,7 +531,9 @@ def make_cluster(plan: Plan, ctx: RunContext) -> LocalCluster | SlurmCluster:
         return SlurmCluster(
             list(plan.cluster.nodes), plan.cluster.queue, run_folder(ctx), Path.cwd()
         )
-    return LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
+    return LocalCluster(
+        list(plan.cluster.nodes), run_folder(ctx), Path.cwd(), workload=plan.workload.name
+    )
 
 
 @dataclass

@@ -268,6 +268,7 @@ class LocalCluster:
     run_dir: Path
     workdir: Path  # where workload commands run (their relative paths resolve here)
     tracked: dict[int, WorkloadProcess] = field(default_factory=dict)
+    workload: str = ""  # the plan's workload name, for the samplers' attribution
     _reaper: RunReaper | None = field(default=None, init=False, repr=False)
 
     @property
@@ -281,6 +282,17 @@ class LocalCluster:
     def _check_slot(self, slot: str) -> None:
         if slot not in self.nodes:
             raise BlastRadiusError(f"slot {slot!r} is not one of the plan's nodes {self.nodes}")
+
+    def labels(self, slot: str, arm: str, tag: str) -> dict[str, str]:
+        """Environment that names the copy: the samplers read it from /proc/<pid>/environ to
+        tie CPU and GPU use to the PoC job, and CRIU restores it with the process."""
+        return {
+            "CKPT_POC_NODE": slot,
+            "CKPT_POC_ARM": arm,
+            "CKPT_POC_JOB": f"{self.run_dir.name}/{slot}-{arm}{'-' + tag if tag else ''}",
+            "CKPT_POC_TRIAL": tag,
+            "CKPT_POC_WORKLOAD": self.workload,
+        }
 
     def log_path(self, slot: str, arm: str, tag: str = "") -> Path:
         return self.run_dir / f"{slot}-{arm}{'-' + tag if tag else ''}.log"
@@ -306,7 +318,7 @@ class LocalCluster:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
-                env={**workload_env(), **(env or {})},
+                env={**workload_env(), **self.labels(slot, arm, tag), **(env or {})},
                 cwd=self.workdir,
             )
         try:

@@ -1,0 +1,61 @@
+"""The long window's sampler: one span on each test node, on the schedule in prefect.yaml."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.common import run_name
+from flows.plan_check import ensure_plan_is_valid
+from tasks.plan import Plan
+from tasks.runctx import make_run_context
+from tasks.runs import forget_if_empty
+from tasks.sampling.nodes import sample
+from tasks.sampling.span import STAGE
+
+
+@task(name="sample_span", cache_policy=NO_CACHE)
+def sample_span(
+    plan: Plan, plan_path: str, span_s: float | None, interval_s: float | None, node: str | None
+) -> dict[str, Any]:
+    ctx = make_run_context(plan, plan_path, stage=STAGE)
+    try:
+        return sample(plan, ctx, span_s=span_s, interval_s=interval_s, node=node)
+    except BaseException:
+        forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)  # refused before any row: no trace
+        raise
+
+
+def sample_markdown(result: dict[str, Any], sampler: str) -> str:
+    return "\n".join(
+        [
+            f"# Samples: {result['samples']} rows, {result['gaps']} gap row(s)",
+            "",
+            f"- sampler: {sampler}; nodes: {', '.join(result['nodes'])}",
+            f"- span: {result['from']} → {result['to']} ({result['reads']} reads)",
+            f"- runs a killed sampler left, kept up to their last flush: "
+            f"{', '.join(result['salvaged_runs']) or 'none'}",
+        ]
+    )
+
+
+@flow(name="sample_window", flow_run_name=run_name("sample window"))
+def sample_window(
+    plan_path: str,
+    span_s: float | None = None,
+    interval_s: float | None = None,
+    node: str | None = None,
+) -> dict[str, Any]:
+    """Sample the plan's test nodes for one span (the plan's span_s at interval_s) with the
+    plan's sampler; the stretch since the last run, if any, becomes a gap row."""
+    plan = ensure_plan_is_valid(plan_path)
+    result = sample_span(plan, plan_path, span_s, interval_s, node)
+    create_markdown_artifact(
+        key="sample-window",
+        markdown=sample_markdown(result, plan.window.sampler),
+        description="The last sampler span",
+    )
+    return result
