@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import secrets
+import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -355,6 +356,120 @@ def sample_cmd(
         out.print(f"kept what killed sampler runs flushed: {', '.join(result['salvaged_runs'])}")
 
 
+WeekOpt = Annotated[
+    str | None, typer.Option("--week", help="ISO week YYYY-Www (default: the current week)")
+]
+
+
+@app.command("utilization")
+def utilization_cmd(
+    plan: PlanArg,
+    week: WeekOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the rows as JSON")] = False,
+) -> None:
+    """Job-level utilization per arm, week and workload: allocated GPU-hours split into
+    delivered, lost and idle; goodput; the samples' busy fraction."""
+    _flows_ready()
+    from flows.utilization import utilization
+
+    try:
+        result = utilization(str(plan), week)
+    except CkptPocError as exc:
+        _fail(exc)
+    if as_json:
+        sys.stdout.write(json.dumps(result, default=str) + "\n")
+        return
+    table = Table(title="Job-level utilization (GPU-hours)")
+    for column in (
+        "week",
+        "arm",
+        "allocated",
+        "delivered",
+        "lost",
+        "idle ckpt",
+        "idle recovery",
+        "idle other",
+        "goodput",
+        "busy",
+    ):
+        table.add_column(column, justify="left" if column in ("week", "arm") else "right")
+    for row in result["rows"]:
+        table.add_row(
+            row["week"],
+            row["arm"],
+            *(
+                f"{row[c]:.4g}"
+                for c in (
+                    "allocated_gpu_h",
+                    "delivered_gpu_h",
+                    "lost_gpu_h",
+                    "idle_checkpoint_gpu_h",
+                    "idle_recovery_gpu_h",
+                    "idle_other_gpu_h",
+                )
+            ),
+            "—" if row.get("goodput") is None else f"{row['goodput']:.3f}",
+            "—"
+            if row.get("busy_fraction") is None
+            else f"{row['busy_fraction']:.3f} ({row['busy_metric']})",
+        )
+    out.print(table if result["rows"] else "no allocations in the window yet")
+
+
+@app.command("report")
+def report_cmd(
+    plan: PlanArg,
+    week: WeekOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+) -> None:
+    """The weekly report (the weekly_report flow): one row per measure and arm, measured or
+    extrapolated, against the plan's thresholds; change points, gaps and the HTML page."""
+    _flows_ready()
+    from flows.weekly_report import weekly_report
+
+    try:
+        result = weekly_report(str(plan), week)
+    except CkptPocError as exc:
+        _fail(exc)
+    if as_json:
+        keys = ("week", "rows", "change_points", "gaps", "html")
+        sys.stdout.write(json.dumps({k: result[k] for k in keys}, default=str) + "\n")
+        return
+    _print_weekly(result)
+
+
+def _print_weekly(result: dict) -> None:
+    table = Table(title=f"Weekly report {result['week']}")
+    for column in ("measure", "arm", "n", "value", "95% CI", "basis", "threshold", "verdict"):
+        table.add_column(column, justify="right" if column in ("n", "value") else "left")
+    for row in result["rows"]:
+        value = "—" if row["value"] is None else f"{row['value']:.4g}"
+        ci = (
+            "—"
+            if row["ci_low"] is None or row["ci_high"] is None
+            else f"{row['ci_low']:.4g} … {row['ci_high']:.4g}"
+        )
+        threshold = "—" if row["threshold"] is None else f"{row['threshold']:.4g}"
+        table.add_row(
+            row["measure"],
+            row["arm"],
+            str(row["n"]),
+            value,
+            ci,
+            row["basis"],
+            threshold,
+            row["verdict"],
+        )
+    out.print(table)
+    for point in result["change_points"]:
+        out.print(f"[yellow]change point[/] {point}", highlight=False)
+    gaps = result["gaps"]
+    if gaps:
+        total = sum(float(g.get("seconds") or g.get("gap_s") or 0) for g in gaps)
+        out.print(f"gaps: {len(gaps)} ({total:.0f} s); first: {gaps[0]}", highlight=False)
+    out.print(f"html: {result['html']}", highlight=False)
+
+
 def _print_failures(failures: list[dict], tail_lines: int = 3) -> None:
     """Each failed trial: its reason, then the last lines of the workload's own log."""
     for failure in failures:
@@ -445,22 +560,70 @@ def clean(
 
 
 @app.command()
-def demo() -> None:
-    """The embedded default: check plans/demo.yaml, run its baseline over the sample, its
-    workload side by side (managed with CRIU, unmanaged), recovery from real faults,
-    steady-state overhead and cold start."""
+def demo(
+    plan: Annotated[
+        Path, typer.Option("--plan", help="the plan to run the sequence on")
+    ] = DEMO_PLAN,
+) -> None:
+    """The embedded default: check the plan (plans/demo.yaml), run its baseline over the
+    sample, its workload side by side (managed with CRIU, unmanaged), recovery from real
+    faults, steady-state overhead and cold start, all sampled (procfs) meanwhile; then
+    utilization and the weekly report of the current week."""
     if not os.environ.get(KEY_ENV):
         # The demo has no site secret: a one-off key keeps identities hidden, at the cost of
         # pseudonyms that do not link across runs. Real runs must set the key.
         os.environ[KEY_ENV] = secrets.token_hex(32)
         err.print(f"[yellow]{KEY_ENV} not set: using a one-off key for this demo run[/]")
+    plan = plan.resolve()
     os.chdir(DEMO_PLAN.parent.parent)  # the demo plan's relative paths are repo-relative
-    plan_check_cmd(DEMO_PLAN)
-    _run_baseline(DEMO_PLAN, None, False, False, None, None)
-    side_by_side_cmd(DEMO_PLAN)
-    recovery(DEMO_PLAN)
-    overhead(DEMO_PLAN)
-    cold_start_cmd(DEMO_PLAN)
+    plan_check_cmd(plan)
+    _run_baseline(plan, None, False, False, None, None)
+    _flows_ready()  # the sampler below reports to the same Prefect API
+    sampler = _start_demo_sampler(plan)
+    try:
+        side_by_side_cmd(plan)
+        recovery(plan)
+        overhead(plan)
+        cold_start_cmd(plan)
+    finally:
+        _stop_demo_sampler(sampler)
+    utilization_cmd(plan)
+    report_cmd(plan)
+
+
+# Longer than the stages it watches take here (about 3 min); SIGTERM ends it when they end.
+DEMO_SAMPLER_SPAN_S = 1800
+DEMO_SAMPLER_INTERVAL_S = 1.0
+
+
+def _start_demo_sampler(plan: Path) -> subprocess.Popen[bytes]:
+    """`ckpt-poc sample` in its own process while the stages run: both arms' copies are
+    sampled (procfs), as the schedule would sample them for months."""
+    argv = [
+        sys.executable,
+        "-m",
+        "flows.cli",
+        "sample",
+        str(plan),
+        "--span-s",
+        str(DEMO_SAMPLER_SPAN_S),
+        "--interval-s",
+        str(DEMO_SAMPLER_INTERVAL_S),
+    ]
+    out.print(f"sampling the test nodes meanwhile (every {DEMO_SAMPLER_INTERVAL_S:g} s)")
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+
+
+def _stop_demo_sampler(sampler: subprocess.Popen[bytes]) -> None:
+    if sampler.poll() is None:
+        sampler.terminate()  # the span ends early, written and committed
+    try:
+        code = sampler.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        sampler.kill()
+        code = sampler.wait()
+    if code != 0:
+        err.print(f"[yellow]the sampler ended with exit code {code}[/]")
 
 
 if __name__ == "__main__":

@@ -154,3 +154,17 @@ def test_sigkill_at_random_moments_loses_nothing_silently(write_plan) -> None:
 def _holes(starts, ends) -> str:
     bad = [(str(e), str(s)) for s, e in zip(starts[1:], ends[:-1], strict=True) if s != e]
     return json.dumps(bad[:5])
+
+
+def test_sigterm_ends_the_span_early_and_keeps_what_was_read(write_plan) -> None:
+    plan, path = _plan(write_plan)
+    proc = _start_sampler(path, span_s=60)
+    time.sleep(0.8)
+    started = time.monotonic()
+    proc.terminate()
+    assert proc.wait(timeout=20) == 0
+    assert time.monotonic() - started < 5
+    (record,) = committed_runs(plan.data_dir, plan.poc).values()
+    assert record["outcome"] == "stopped early"
+    samples = read_dataset(SAMPLES, data_dir=plan.data_dir, poc=plan.poc)
+    assert len(samples) > 0

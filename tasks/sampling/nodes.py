@@ -7,8 +7,11 @@ runs there), and a node outside the plan is refused, as every other action refus
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from tasks.datasets import TRIALS, read_dataset
@@ -76,14 +79,30 @@ def sample(
     interval = float(interval_s if interval_s is not None else plan.window.interval_s)
     if not (0 < interval <= span):
         raise ValueError(f"interval {interval} s must be > 0 and ≤ the span {span} s")
-    with hold_nodes(
+    stop = stop or threading.Event()
+    held = hold_nodes(
         f"{plan.cluster.kind}-sampler",
         nodes,
         poc=plan.poc,
         run_id=ctx.run_id,
         stage=STAGE,
         wait=False,
-    ):
+    )
+    with held, _stop_on_sigterm(stop):
         backends = make_backends(plan, ctx, nodes)
         extra = {} if flush_s is None else {"flush_s": flush_s}
         return run_span(plan, ctx, backends, span_s=span, interval_s=interval, stop=stop, **extra)
+
+
+@contextlib.contextmanager
+def _stop_on_sigterm(stop: threading.Event) -> Iterator[None]:
+    """SIGTERM (a cancelled flow run, `kill`) ends the span early but cleanly: what was read
+    is written and committed ('stopped early'). Only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -1,0 +1,43 @@
+"""What `prefect deploy` reads from the plan: `python -m flows.deploy_settings PLAN` prints
+shell `export` lines that prefect.yaml's `{{ $CKPT_POC_… }}` placeholders take (the plan's
+time zone, crons and whether the schedules start active). scripts/prefect-up evals them.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+from tasks.errors import CkptPocError
+from tasks.plan import Plan, load_plan
+
+
+def deploy_settings(plan: Plan, plan_path: str) -> dict[str, str]:
+    schedules = plan.window.schedules
+    return {
+        "CKPT_POC_PLAN": plan_path,
+        "CKPT_POC_SCHEDULES_ACTIVE": "true" if schedules.active else "false",
+        "CKPT_POC_TIMEZONE": schedules.timezone,
+        "CKPT_POC_CRON_SAMPLE_WINDOW": schedules.sample_window,
+        "CKPT_POC_CRON_UTILIZATION": schedules.utilization,
+        "CKPT_POC_CRON_WEEKLY_REPORT": schedules.weekly_report,
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m flows.deploy_settings PLAN", file=sys.stderr)
+        return 2
+    try:
+        plan = load_plan(Path(argv[0]), check_cluster=False)
+    except CkptPocError as exc:
+        print(f"deploy_settings: {exc}", file=sys.stderr)
+        return 1
+    for key, value in deploy_settings(plan, argv[0]).items():
+        print(f"export {key}={shlex.quote(value)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
