@@ -420,7 +420,14 @@ REPORTS = DatasetSpec(
         Column("basis", S, False, allowed=("measured", "extrapolated")),
         Column("inputs", S, doc="JSON: the rows and figures an extrapolated value came from"),
         Column("threshold", F64),
-        Column("verdict", S, False, allowed=("met", "not met", "no data", "blocked", "info")),
+        Column(
+            "verdict",
+            S,
+            False,
+            allowed=("met", "not met", "undecided", "no data", "blocked", "info"),
+            doc="undecided: the CI straddles the threshold (more runs decide)",
+        ),
+        Column("note", S, doc="why the verdict is what it is"),
         Column(
             "segment", I64, False, min=0, doc="comparability segment; a change point starts one"
         ),

@@ -90,10 +90,11 @@ ROW_COLUMNS = (
     "inputs",
     "threshold",
     "verdict",
+    "note",
     "segment",
 )
-# Extra, not persisted: the plan criterion a row answers and why its verdict is what it is.
-EXTRA_COLUMNS = ("criterion", "statistic", "at_most", "note")
+# Extra, not persisted: the plan criterion a row answers.
+EXTRA_COLUMNS = ("criterion", "statistic", "at_most")
 
 # Measure → the plan criterion judging it and its direction (True: value ≤ threshold).
 CRITERIA: dict[str, tuple[str, bool]] = {
@@ -473,7 +474,7 @@ def _overhead_row(c: _Ctx) -> None:
         threshold_pct=threshold,
         n_resamples=c.n_resamples,
     )
-    # The overhead stage's verdict (by CI); 'undecided' is not met yet.
+    # The overhead stage's verdict (by CI): met, not met, or undecided (CI straddles it).
     c.add(
         "overhead_pct",
         "both",
@@ -483,7 +484,7 @@ def _overhead_row(c: _Ctx) -> None:
         f"tasks.stats.compare_paired over steady pairs in segment {c.segment} to date: "
         f"median (managed/unmanaged run_s − 1)·100, {cmp['ci_method']}; verdict by CI",
         ci=(cmp["ci_low_pct"], cmp["ci_high_pct"]),
-        verdict="met" if cmp["verdict"] == "met" else "not met",
+        verdict=cmp["verdict"] if cmp["verdict"] in ("met", "undecided") else "not met",
         note=f"{cmp['verdict']}: {cmp['verdict_reason']}",
         run_ids=_runs(rows),
     )
@@ -514,7 +515,7 @@ def _cold_start_row(c: _Ctx) -> None:
         f"tasks.stats.compare_speedup: {s['statistic']} native ready_s / {s['statistic']} "
         f"restore ready_s (n {len(native)} / {len(restore)}), {s['ci_method']}; verdict by CI",
         ci=(s["ci_low"], s["ci_high"]),
-        verdict="met" if s["verdict"] == "met" else "not met",
+        verdict=s["verdict"] if s["verdict"] in ("met", "undecided") else "not met",
         note=f"{s['verdict']}: {s['verdict_reason']}",
         run_ids=_runs(rows),
     )

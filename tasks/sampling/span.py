@@ -188,8 +188,24 @@ def run_span(
     writer = SpanWriter(ctx)
     # The first read primes every backend (CPU counters, driver timestamps): rows start here.
     mono0, wall0 = time.monotonic(), dt.datetime.now(dt.UTC)
-    for backend in backends.values():
-        backend.read()
+    for node, backend in backends.items():
+        try:
+            _, primed_gaps = backend.read()  # its rows cover nothing yet; its gaps say what
+        except CkptPocError as exc:  # it cannot read (e.g. unsupported metrics, a lost GPU)
+            primed_gaps = [
+                gap_row(
+                    node=node,
+                    source=backend.source,
+                    t_from=wall0,
+                    t_to=wall0,
+                    reason=str(exc),
+                    detected_by="sampler",
+                )
+            ]
+        for gap in primed_gaps:
+            gap["t_from"] = gap["t_to"] = wall0
+            gap["gap_s"] = 0.0
+        writer.gaps.extend(primed_gaps)
     for node, backend in backends.items():
         gap = opening_gap(plan, ctx.data_dir, node, backend.source, wall0, salvaged)
         if gap is not None:
