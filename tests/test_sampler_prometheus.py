@@ -407,3 +407,36 @@ def test_live_exporter_scrape_and_outage(tmp_path: Path) -> None:
     finally:
         exporter.stop()
         server.stop()
+
+
+def test_sample_window_reads_history_from_where_the_last_run_ended(
+    prom: PrometheusServer, write_plan
+) -> None:
+    """Through the sampler run (tasks.sampling.nodes.sample): a first run reads one span back,
+    a second starts exactly where the first ended; nothing is read twice, and only
+    Prometheus's own holes are gaps."""
+    from tasks.datasets import read_dataset
+    from tasks.plan import load_plan
+    from tasks.runctx import make_run_context
+    from tasks.sampling.nodes import sample
+
+    metrics = [{"metric": "gpu_utilization", "query": "DCGM_FI_DEV_GPU_UTIL", "unit": "percent"}]
+    path = write_plan(
+        {
+            "window.sampler": "prometheus",
+            "window.span_s": 86400,
+            "window.prometheus": {"url": prom.url, "step_s": 60, "metrics": metrics},
+        }
+    )
+    plan = load_plan(path)
+    first = sample(plan, make_run_context(plan, path, stage="sample_window"), node="local-a")
+    second = sample(plan, make_run_context(plan, path, stage="sample_window"), node="local-a")
+    assert second["from"] == first["to"]
+    samples = read_dataset(SAMPLES, data_dir=plan.data_dir, poc=plan.poc)
+    gaps = read_dataset(SAMPLE_GAPS, data_dir=plan.data_dir, poc=plan.poc)
+    assert first["samples"] > 0 and len(samples) == first["samples"] + second["samples"]
+    assert not samples.duplicated(["node", "source", "entity", "metric", "t_to"]).any()
+    assert set(samples["node"]) == {"local-a"}  # local-b's GPU is never read
+    assert set(samples["entity"]) <= {A, C}
+    hole = gaps[(gaps["entity"] == A) & (gaps["reason"].str.contains("no points"))]
+    assert len(hole) >= 1  # the exporter's 5-minute hole, at the least

@@ -8,6 +8,7 @@ runs there), and a node outside the plan is refused, as every other action refus
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import signal
 import socket
 import threading
@@ -21,7 +22,14 @@ from tasks.plan import Plan
 from tasks.runctx import RunContext
 from tasks.sampling import Backend
 from tasks.sampling.attribution import ProcessAttributor, slurm_jobs_from_trials
-from tasks.sampling.span import STAGE, run_span
+from tasks.sampling.span import (
+    STAGE,
+    SpanWriter,
+    covered_until,
+    run_span,
+    salvage_killed_runs,
+    window_start,
+)
 
 
 def nodes_to_sample(plan: Plan, node: str | None = None) -> list[str]:
@@ -59,7 +67,7 @@ def make_backends(plan: Plan, ctx: RunContext, nodes: list[str]) -> dict[str, Ba
 
             backends[node] = NvmlSampler(node, attribute)
         else:
-            raise NotImplementedError("prometheus spans are read by tasks.sampling.nodes.sample")
+            raise ValueError("a prometheus window is read back, not sampled live (sample())")
     return backends
 
 
@@ -89,6 +97,8 @@ def sample(
         wait=False,
     )
     with held, _stop_on_sigterm(stop):
+        if plan.window.sampler == "prometheus":
+            return read_prometheus_history(plan, ctx, nodes, span)
         backends = make_backends(plan, ctx, nodes)
         extra = {} if flush_s is None else {"flush_s": flush_s}
         return run_span(plan, ctx, backends, span_s=span, interval_s=interval, stop=stop, **extra)
@@ -106,3 +116,57 @@ def _stop_on_sigterm(stop: threading.Event) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def read_prometheus_history(
+    plan: Plan, ctx: RunContext, nodes: list[str], span_s: float
+) -> dict[str, Any]:
+    """Read each node's history from where the committed rows end (or one span back) to a
+    little before now: Prometheus keeps what a missed run did not read, so only its own
+    holes (an exporter outage) become gaps. The last two steps are left for the next run:
+    their scrapes may not have arrived yet and would be recorded as a gap for ever."""
+    from tasks.sampling.prometheus import read_span
+
+    source = plan.window.prometheus
+    assert source is not None  # the plan validator requires it for this sampler
+    salvaged = salvage_killed_runs(ctx.data_dir, ctx.poc)
+    # whole seconds: Prometheus times are milliseconds, and the next run starts exactly here
+    until = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2 * source.step_s)).replace(
+        microsecond=0
+    )
+    trials = read_dataset(
+        TRIALS,
+        data_dir=ctx.data_dir,
+        poc=ctx.poc,
+        columns=["arm", "trial_id", "job_id", "recovery_job_id"],
+    )
+    jobs = slurm_jobs_from_trials(trials)
+    writer = SpanWriter(ctx)
+    spans: dict[str, tuple[str, str]] = {}
+    for node in nodes:
+        since = covered_until(ctx.data_dir, ctx.poc, node, "prometheus", until)
+        start = since or max(window_start(plan), until - dt.timedelta(seconds=span_s))
+        if start >= until:
+            continue
+        rows, gaps = read_span(source, node, start, until)
+        for row in rows:  # the series' job label, tied to the arm the experiments ran it in
+            if row.get("job_id") in jobs:
+                row["arm"], row["trial_id"] = jobs[row["job_id"]]
+                row["workload"] = plan.workload.name
+        writer.samples.extend(rows)
+        writer.gaps.extend(gaps)
+        spans[node] = (start.isoformat(), until.isoformat())
+    writer.flush()
+    ctx.commit()
+    return {
+        "run_id": ctx.run_id,
+        "nodes": nodes,
+        "reads": len(spans),
+        "samples": writer.rows_written["samples"],
+        "gaps": writer.rows_written["gaps"],
+        "parts": writer.parts,
+        "salvaged_runs": salvaged,
+        "from": min((f for f, _ in spans.values()), default=until.isoformat()),
+        "to": until.isoformat(),
+        "data_dir": str(ctx.data_dir),
+    }
