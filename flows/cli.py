@@ -22,12 +22,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from flows.cli_samples import samples_app
 from tasks.accounting import KEY_ENV
 from tasks.errors import CkptPocError, PlanError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 plan_app = typer.Typer(no_args_is_help=True, help="Check PoC plans.")
 app.add_typer(plan_app, name="plan")
+app.add_typer(samples_app, name="samples")
 # Errors are never wrapped (a log or a CI page has its own width); tables still fit.
 err = Console(stderr=True, soft_wrap=True)
 # Piped into a log, rich would wrap tables at 80 columns; a log has room for their width.
