@@ -423,6 +423,10 @@ def report_cmd(
     plan: PlanArg,
     week: WeekOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+    dask_scheduler: Annotated[
+        str | None,
+        typer.Option(help="aggregate the samples on this Dask scheduler (tcp://host:port)"),
+    ] = None,
 ) -> None:
     """The weekly report (the weekly_report flow): one row per measure and arm, measured or
     extrapolated, against the plan's thresholds; change points, gaps and the HTML page."""
@@ -430,7 +434,7 @@ def report_cmd(
     from flows.weekly_report import weekly_report
 
     try:
-        result = weekly_report(str(plan), week)
+        result = weekly_report(str(plan), week, dask_scheduler)
     except CkptPocError as exc:
         _fail(exc)
     if as_json:
@@ -467,8 +471,18 @@ def _print_weekly(result: dict) -> None:
         out.print(f"[yellow]change point[/] {point}", highlight=False)
     gaps = result["gaps"]
     if gaps:
-        total = sum(float(g.get("seconds") or g.get("gap_s") or 0) for g in gaps)
-        out.print(f"gaps: {len(gaps)} ({total:.0f} s); first: {gaps[0]}", highlight=False)
+        total = sum(float(g["seconds"]) for g in gaps)
+        out.print(f"gaps in the samples: {len(gaps)}, {total:.0f} s in all", highlight=False)
+        for gap in gaps[:5]:
+            what = "/".join(str(g) for g in (gap["entity"], gap["metric"]) if g) or "all"
+            out.print(
+                f"  {gap['node']} {what} {gap['from']} → {gap['to']} "
+                f"({float(gap['seconds']):.0f} s): {gap['reason']}",
+                highlight=False,
+                markup=False,
+            )
+        if len(gaps) > 5:
+            out.print(f"  … and {len(gaps) - 5} more (in the HTML page)", highlight=False)
     out.print(f"html: {result['html']}", highlight=False)
 
 

@@ -52,9 +52,11 @@ from tasks.datasets import (
     GATES,
     REPORTS,
     SAMPLE_GAPS,
+    SAMPLES,
     TRIALS,
     UTILIZATION,
     DatasetSpec,
+    dataset_files,
     normalise_dtypes,
     read_dataset,
     write_dataset,
@@ -1176,12 +1178,78 @@ def read_frames(data_dir: str | Path, poc: str) -> dict[str, pd.DataFrame]:
     return {name: read_dataset(spec, data_dir=data_dir, poc=poc) for name, spec in INPUTS.items()}
 
 
-def build_weekly_report(plan: Plan, ctx: RunContext, week: str | None = None) -> dict[str, Any]:
+# The sample metrics the report shows per arm (a duty cycle, SM activity, CPU: never mixed).
+SAMPLED_METRICS = ("gpu_utilization", "sm_activity", "cpu_utilization")
+
+
+def sampled_rows(summary: pd.DataFrame, week: str, segment: int) -> list[dict[str, Any]]:
+    """One 'info' row per (sampled metric, arm) of the week from the samples summary
+    (tasks.sample_summary): the time-weighted mean, with p50/p95 in the method."""
+    rows = []
+    week_rows = summary[(summary["week"] == week) & summary["arm"].notna()]
+    for (metric, arm, device, unit), group in week_rows.groupby(
+        ["metric", "arm", "device", "unit"], dropna=True
+    ):
+        if metric not in SAMPLED_METRICS:
+            continue
+        covered = float(group["covered_s"].sum())
+        mean = float((group["mean"] * group["covered_s"]).sum() / covered) if covered > 0 else None
+        rows.append(
+            {
+                "week": week,
+                "week_start": week_start(week),
+                "measure": f"sampled_{metric}",
+                "arm": arm,
+                "n": int(group["n"].sum()),
+                "value": mean,
+                "ci_low": None,
+                "ci_high": None,
+                "unit": str(unit),
+                "method": (
+                    f"time-weighted mean of {device} samples over {covered:.0f} s "
+                    f"(p50 {float(group['p50'].median()):.3g}, p95 {float(group['p95'].max()):.3g})"
+                ),
+                "basis": "measured",
+                "inputs": None,
+                "threshold": None,
+                "verdict": "info" if mean is not None else "no data",
+                "note": f"{device} data" + ("" if device == "gpu" else ", not a GPU figure"),
+                "segment": segment,
+                "criterion": None,
+                "statistic": None,
+                "at_most": None,
+            }
+        )
+    return rows
+
+
+def sample_summary(
+    data_dir: str | Path, poc: str, week: str, dask_client: Any = None
+) -> pd.DataFrame:
+    """The week's samples aggregated, in this process or on a Dask cluster (same rows)."""
+    from tasks.sample_summary import weekly_sample_summary, weekly_sample_summary_dask
+
+    files = [f for f in dataset_files(data_dir, poc, SAMPLES) if f"week={week}" in f]
+    if not files:
+        return weekly_sample_summary([], weeks=[week])
+    if dask_client is not None:
+        return weekly_sample_summary_dask(files, weeks=[week], client=dask_client)
+    return weekly_sample_summary(files, weeks=[week])
+
+
+def build_weekly_report(
+    plan: Plan, ctx: RunContext, week: str | None = None, dask_client: Any = None
+) -> dict[str, Any]:
     """Read the committed datasets, write the week's REPORTS rows and its HTML page; the
-    caller commits the run. week None: the current ISO week (UTC)."""
+    caller commits the run. week None: the current ISO week (UTC). With ``dask_client``, the
+    samples (the bulk of a long window) are aggregated on that Dask cluster."""
     week = week or current_week()
     frames = read_frames(ctx.data_dir, ctx.poc)
     rows, change_points, gaps = weekly_report_rows(plan, frames, week)
+    segment = int(rows["segment"].max()) if len(rows) else 0
+    extra = sampled_rows(sample_summary(ctx.data_dir, ctx.poc, week, dask_client), week, segment)
+    if extra:
+        rows = pd.concat([rows, pd.DataFrame(extra, columns=rows.columns)], ignore_index=True)
     series = weekly_series(plan, frames, week, rows)
     page = weekly_html(
         rows,

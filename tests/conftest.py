@@ -69,6 +69,8 @@ def prefect_stack(tmp_path_factory) -> Iterator[PrefectStack]:
         env={
             "CKPT_POC_PSEUDONYM_KEY": os.environ["CKPT_POC_PSEUDONYM_KEY"],
             "PREFECT_WORKER_QUERY_SECONDS": "1",
+            # The scheduler makes due runs within seconds, not a minute (the scheduled-run test)
+            "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",
         },
     )
     try:

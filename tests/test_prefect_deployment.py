@@ -7,6 +7,7 @@ About a minute on two cores: server start ~10-15 s, deploy ~5 s, each flow run ~
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from pathlib import Path
 
@@ -212,6 +213,82 @@ def test_a_workload_that_cannot_start_fails_the_run_in_seconds_saying_why(
     report = stack.artifacts(run_id, key="recovery-report")
     assert len(report) == 1 and "examples need scikit-learn" in report[0]["data"]
     assert stack.artifacts(run_id, key="recovery-summary") == []
+
+
+def test_window_deployments_carry_the_plans_schedules(stack: PrefectStack) -> None:
+    """sample_window, utilization and weekly_report are scheduled from the plan's
+    window.schedules (prefect-up's CKPT_POC_PLAN, here the demo plan: inactive, UTC)."""
+    window = yaml.safe_load((REPO / "plans" / "demo.yaml").read_text())["window"]["schedules"]
+    for flow in ("sample_window", "utilization", "weekly_report"):
+        dep = stack.deployment(flow, flow)
+        assert dep["entrypoint"] == f"flows/{flow}.py:{flow}"
+        assert dep["parameters"] == {"plan_path": "plans/demo.yaml"}
+        (schedule,) = dep["schedules"]
+        assert schedule["schedule"]["cron"] == window[flow]
+        assert schedule["schedule"]["timezone"] == window["timezone"]
+        assert schedule["active"] is window["active"] is False
+    # One sampler run at a time: the next span waits for the one running.
+    sampler = stack.deployment("sample_window", "sample_window")
+    limit = sampler.get("global_concurrency_limit") or {}
+    assert sampler.get("concurrency_limit") == 1 or limit.get("limit") == 1, sampler
+    assert (sampler.get("concurrency_options") or {}).get("collision_strategy") == "ENQUEUE"
+    # A flow run that stops sending heartbeats is crashed by an automation.
+    automations = stack.api("POST", "automations/filter", {})
+    (watch,) = [a for a in automations if a["name"].startswith("ckpt-poc: crash flow runs")]
+    assert watch["trigger"]["posture"] == "Proactive"
+    assert watch["actions"][0]["type"] == "change-flow-run-state"
+
+
+def test_a_scheduled_sampler_run_completes_and_writes_samples(
+    stack: PrefectStack, tmp_plan: Path
+) -> None:
+    """A schedule on the sampler's deployment (Prefect's scheduler makes the run, the worker
+    runs it): the span is sampled, written and committed under the run's id."""
+    plan = yaml.safe_load(tmp_plan.read_text())
+    plan["window"].update({"span_s": 3, "interval_s": 1})
+    tmp_plan.write_text(yaml.safe_dump(plan, sort_keys=False))
+    dep = stack.deployment("sample_window", "sample_window")
+    # Far enough ahead that the scheduler (every 5 s here) makes the run before it is due.
+    due = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=20)
+    created = stack.api(
+        "POST",
+        f"deployments/{dep['id']}/schedules",
+        [
+            {
+                "schedule": {"interval": 3600, "anchor_date": due.isoformat(), "timezone": "UTC"},
+                "active": True,
+                "parameters": {"plan_path": str(tmp_plan)},
+            }
+        ],
+    )
+    try:
+        deadline = time.monotonic() + 150
+        run = None
+        while time.monotonic() < deadline and run is None:
+            runs = stack.api(
+                "POST",
+                "flow_runs/filter",
+                {
+                    "flow_runs": {
+                        "deployment_id": {"any_": [dep["id"]]},
+                        "state": {"type": {"any_": ["COMPLETED", "FAILED", "CRASHED"]}},
+                    }
+                },
+            )
+            run = next((r for r in runs if r["auto_scheduled"]), None)
+            time.sleep(1)
+        assert run is not None, "no scheduled run finished\n" + stack.log_tail()
+        assert run["state"]["type"] == "COMPLETED", stack.log_tail()
+        assert run["parameters"]["plan_path"] == str(tmp_plan)
+    finally:
+        for schedule in created:
+            stack.api("DELETE", f"deployments/{dep['id']}/schedules/{schedule['id']}")
+    files = sorted((tmp_plan.parent / "data" / "demo" / "samples").glob(f"week=*/{run['id']}*"))
+    samples = pd.concat([pq.read_table(f).to_pandas() for f in files])
+    assert len(samples) >= 2 * 2 * 2  # 2 nodes x host cpu and memory x at least 2 reads
+    assert set(samples["device"]) == {"cpu"}
+    commits = tmp_plan.parent / "data" / "demo" / "_commits" / f"{run['id']}.json"
+    assert commits.exists()
 
 
 def test_prefect_up_again_keeps_processes_and_redeploys_cleanly(stack: PrefectStack) -> None:
