@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +20,7 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -413,7 +415,7 @@ def utilization_cmd(
             "—" if row.get("goodput") is None else f"{row['goodput']:.3f}",
             "—"
             if row.get("busy_fraction") is None
-            else f"{row['busy_fraction']:.3f} ({row['busy_metric']})",
+            else escape(f"{row['busy_fraction']:.3f} ({row['busy_metric']})"),
         )
     out.print(table if result["rows"] else "no allocations in the window yet")
 
@@ -638,7 +640,9 @@ def _stop_demo_sampler(sampler: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         sampler.kill()
         code = sampler.wait()
-    if code != 0:
+    if code == -signal.SIGTERM:  # stopped while it was still starting: nothing to write
+        err.print("[yellow]the sampler was stopped before its first read[/]")
+    elif code != 0:
         err.print(f"[yellow]the sampler ended with exit code {code}[/]")
 
 

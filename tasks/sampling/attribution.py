@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tasks.datasets import ARMS
 from tasks.sampling import UNATTRIBUTED, Attribution
 
 PROC = Path("/proc")
@@ -72,7 +73,8 @@ class ProcessAttributor:
         if env.get("CKPT_POC_NODE") == self.node and env.get("CKPT_POC_JOB"):
             return Attribution(
                 job_id=env["CKPT_POC_JOB"],
-                arm=env.get("CKPT_POC_ARM") or None,
+                # Only the two arms are arms; a preflight copy is a PoC job of neither.
+                arm=env.get("CKPT_POC_ARM") if env.get("CKPT_POC_ARM") in ARMS else None,
                 workload=env.get("CKPT_POC_WORKLOAD") or self.workload,
                 trial_id=env.get("CKPT_POC_TRIAL") or None,
                 attributed_by="env",
