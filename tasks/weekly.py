@@ -564,7 +564,8 @@ def _utilization_rows(c: _Ctx, util: pd.DataFrame, seg_weeks: list[str]) -> None
             arm,
             u["samples"] if u and u["busy"] is not None else 0,
             u["busy"] if u else None,
-            "fraction",
+            # procfs busy is CPU cores (tasks.utilization), never a GPU fraction
+            "cores" if u and "cores" in (u["busy_metric"] or "") else "fraction",
             "busy_fraction weighted by allocated GPU-h over the week's UTILIZATION rows"
             + (f" (metric {u['busy_metric']})" if u and u["busy_metric"] else "")
             + "; n = samples",
@@ -1040,7 +1041,12 @@ def _plots(series: Series, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
         out.append((title, _png(fig)))
 
     per_week("goodput", "Goodput per arm per week", "delivered / allocated", ARM_ORDER)
-    per_week("utilization", "Busy fraction per arm per week", "busy fraction", ARM_ORDER)
+    per_week(
+        "utilization",
+        "Busy per arm per week (GPU: fraction of time; CPU-only: cores)",
+        "busy (see the row's unit)",
+        ARM_ORDER,
+    )
 
     def distribution(col: str, title: str, ylabel: str) -> None:
         fig, ax = plt.subplots(figsize=(6, 3.2))
