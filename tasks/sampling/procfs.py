@@ -77,6 +77,7 @@ class ProcfsSampler:
         host = _host_cpu_jiffies(self.proc)
         jobs: dict[str, tuple[object, float, int, int]] = {}  # job -> (attr, cpu, rss, n)
         cpu_now: dict[tuple[int, str], int] = {}
+        seen: set[tuple[int, str]] = set()
         for name in os.listdir(self.proc):
             if not name.isdigit():
                 continue
@@ -85,7 +86,8 @@ class ProcfsSampler:
                 continue
             start, ticks, rss = stat
             key = (int(name), start)
-            attr = self.attribute(key[0], start)
+            seen.add(key)
+            attr = self.attribute(key[0], start)  # remembered: its environment is read once
             if attr.job_id is None:
                 continue
             cpu_now[key] = ticks
@@ -97,7 +99,7 @@ class ProcfsSampler:
             delta = ticks - before
             _, cpu, total_rss, n = jobs.get(attr.job_id, (attr, 0.0, 0, 0))
             jobs[attr.job_id] = (attr, cpu + delta, total_rss + rss, n + 1)
-        self.attribute.forget_except(set(cpu_now) | {k for k in self._cpu})
+        self.attribute.forget_except(seen)
         rows: list[SampleRow] = []
         if self._last is not None and self._last_wall is not None and self._host is not None:
             seconds = now_mono - self._last
