@@ -105,9 +105,9 @@ from tasks.datasets import (
     read_dataset,
     write_dataset,
 )
-from tasks.errors import CkptPocError
 from tasks.plan import Plan
 from tasks.runctx import RunContext
+from tasks.weeks import week_start
 
 Interval = tuple[float, float]  # [start, end) in POSIX seconds
 CATEGORIES = ("delivered", "lost", "idle_checkpoint", "idle_recovery", "idle_other")
@@ -488,16 +488,6 @@ def _busy(
         label = metric if unit in ("percent", "fraction") else f"{metric} [{unit}]"
         return busy, label, int(keep.sum())
     return None, None, 0
-
-
-def week_start(label: str) -> dt.datetime:
-    """Monday 00:00 UTC of ISO week ``label`` (YYYY-Www)."""
-    try:
-        year, number = label.split("-W")
-        day = dt.date.fromisocalendar(int(year), int(number), 1)
-    except ValueError:
-        raise CkptPocError(f"{label!r} is not an ISO week (YYYY-Www, e.g. 2026-W49)") from None
-    return dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
 
 
 def utilization_rows(

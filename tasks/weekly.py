@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks import weeks
 from tasks.datasets import (
     EXPOSURE,
     GATES,
@@ -66,6 +67,7 @@ from tasks.plan import Plan
 from tasks.report import verdict_line
 from tasks.runctx import RunContext
 from tasks.stats import bootstrap_ci, compare_paired, compare_speedup
+from tasks.weeks import current_week
 
 # The frames weekly_report_rows reads, by dataset name; 'samples' is optional (fingerprints).
 INPUTS: dict[str, DatasetSpec] = {
@@ -172,26 +174,12 @@ def _positive_pair(delta: float, mtbf: float) -> None:
 # --- ISO weeks ---------------------------------------------------------------------------------
 
 
-def parse_week(week: str) -> tuple[int, int]:
-    try:
-        year, w = week.split("-W")
-        return int(year), int(w)
-    except ValueError as exc:
-        raise ValueError(f"week {week!r} is not YYYY-Www") from exc
-
-
 def week_start(week: str) -> pd.Timestamp:
-    year, w = parse_week(week)
-    return pd.Timestamp(dt.date.fromisocalendar(year, w, 1), tz="UTC")
+    return pd.Timestamp(weeks.week_start(week))
 
 
 def week_label(ts: Any) -> str:
-    iso = pd.Timestamp(ts).isocalendar()
-    return f"{iso[0]}-W{iso[1]:02d}"
-
-
-def current_week() -> str:
-    return week_label(dt.datetime.now(dt.UTC))
+    return weeks.week_label(pd.Timestamp(ts))
 
 
 def _weeks_between(first: str, last: str) -> list[str]:

@@ -470,3 +470,11 @@ def test_build_weekly_report_writes_rows_and_html(tmp_path: Path) -> None:
     rec = stored[(stored["measure"] == "recovery_s") & (stored["arm"] == "managed")]
     assert rec["value"].iloc[0] == 3.0 and rec["verdict"].iloc[0] == "met"
     assert np.isfinite(stored["value"].dropna()).all()
+
+
+def test_a_malformed_week_is_refused_clearly() -> None:
+    from tasks.errors import CkptPocError
+
+    for bad in ("2026-W99", "2026-49", "last week"):
+        with pytest.raises(CkptPocError, match="is not an ISO week"):
+            weekly_report_rows(make_plan(), {}, bad)
