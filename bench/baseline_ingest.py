@@ -30,7 +30,6 @@ import json
 import os
 import resource
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -41,7 +40,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import code_version, self_peak_mib  # noqa: E402
+from benchlib import code_version, run_polled, self_peak_mib, verdict  # noqa: E402
 from synth_sacct import cached_dump  # noqa: E402
 
 CACHE = REPO / ".run" / "bench"
@@ -460,24 +459,8 @@ def run_child(args: argparse.Namespace) -> int:
 # --- parent -----------------------------------------------------------------------------------
 
 
-def _tree_rss(proc: Any) -> int:
-    import psutil
-
-    total = 0
-    try:
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
-    return total
-
-
 def spawn(contender: str, path: Path, profile: bool = False) -> dict[str, Any]:
     """Run one contender in a fresh interpreter; its result plus wall time and polled RSS."""
-    import psutil
-
     run_dir = CACHE / f"run-{contender}-{os.getpid()}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
@@ -500,19 +483,12 @@ def spawn(contender: str, path: Path, profile: bool = False) -> dict[str, Any]:
     env = {**os.environ}
     env.setdefault(KEY_ENV, BENCH_KEY)
     print(f"  running {contender} ...", end="", flush=True)
-    t = time.perf_counter()
-    with open(log_file, "wb") as log:
-        proc = psutil.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
-        polled = 0
-        while proc.poll() is None:
-            polled = max(polled, _tree_rss(proc))
-            time.sleep(0.05)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0 or not result_file.exists():
+    returncode, wall, polled = run_polled(cmd, log_file, env)
+    if returncode != 0 or not result_file.exists():
         tail = log_file.read_text(errors="replace")[-4000:]
         shutil.rmtree(run_dir, ignore_errors=True)
         raise SystemExit(
-            f"\nFAIL: contender {contender} exited {proc.returncode}; log {log_file}:\n{tail}"
+            f"\nFAIL: contender {contender} exited {returncode}; log {log_file}:\n{tail}"
         )
     result = json.loads(result_file.read_text())
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -631,10 +607,6 @@ def print_phases(r: dict[str, Any]) -> None:
     )
 
 
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
-
-
 def _warm(path: Path) -> None:
     """Read the dump once so every contender starts from the page cache."""
     with open(path, "rb") as fh:
@@ -699,11 +671,11 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"target ours >= {TARGET_ROWS_PER_S:,} rows/s end to end: {rate:,.0f} rows/s "
-        f"-> {_verdict(rate >= TARGET_ROWS_PER_S)}"
+        f"-> {verdict(rate >= TARGET_ROWS_PER_S)}"
     )
     print(
         f"target ours peak RSS < {TARGET_PEAK_MIB:,} MiB: {ours['peak_rss_mib']:,.0f} MiB "
-        f"-> {_verdict(ours['peak_rss_mib'] < TARGET_PEAK_MIB)}"
+        f"-> {verdict(ours['peak_rss_mib'] < TARGET_PEAK_MIB)}"
     )
 
     if problems:
@@ -727,7 +699,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ours-dask: {rate:,.0f} rows/s end to end (no target; the memory path has one)")
         print(
             f"target ours-dask peak RSS < {TARGET_DASK_PEAK_MIB:,} MiB: "
-            f"{d['peak_rss_mib']:,.0f} MiB -> {_verdict(d['peak_rss_mib'] < TARGET_DASK_PEAK_MIB)}"
+            f"{d['peak_rss_mib']:,.0f} MiB -> {verdict(d['peak_rss_mib'] < TARGET_DASK_PEAK_MIB)}"
         )
         problems = check_agreement(dask_results, ref="ours-dask")
         if d["rows"] != args.dask_rows or d["rows_quarantined"]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import subprocess
+import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -41,3 +44,39 @@ def proc_mib(path: str, key: str) -> float | None:
     except OSError:
         return None
     return None
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "MISS"
+
+
+def tree_rss(proc: Any) -> int:
+    """RSS bytes of a psutil process and all its descendants (0 once it is gone)."""
+    import psutil
+
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            total += p.memory_info().rss
+    return total
+
+
+def run_polled(
+    cmd: list[str], log_file: Path, env: dict[str, str] | None = None
+) -> tuple[int, float, int]:
+    """Run a contender, its output to ``log_file``, polling its process tree's RSS every
+    50 ms: (exit code, wall seconds, polled peak RSS bytes)."""
+    import psutil
+
+    started = time.perf_counter()
+    with open(log_file, "wb") as log:
+        proc = psutil.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        polled = 0
+        while proc.poll() is None:
+            polled = max(polled, tree_rss(proc))
+            time.sleep(0.05)
+    return proc.returncode, time.perf_counter() - started, polled

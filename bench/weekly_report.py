@@ -20,12 +20,10 @@ its process tree. Prints ours/DuckDB and PASS/MISS against: ratio <= 1.5, peak <
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(REPO))
 
-from benchlib import code_version, self_peak_mib  # noqa: E402
+from benchlib import code_version, run_polled, self_peak_mib, verdict  # noqa: E402
 
 CACHE = REPO / ".run" / "bench"
 MIB = 1 << 20
@@ -115,24 +113,8 @@ def run_child(args: argparse.Namespace) -> int:
 # --- parent -----------------------------------------------------------------------------------
 
 
-def _tree_rss(proc: Any) -> int:
-    import psutil
-
-    total = 0
-    try:
-        procs = [proc, *proc.children(recursive=True)]
-    except psutil.Error:
-        return 0
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            total += p.memory_info().rss
-    return total
-
-
 def spawn(contender: str, files_json: Path, work: Path) -> dict[str, Any]:
     """One contender in a fresh interpreter: its result, wall time and polled tree RSS."""
-    import psutil
-
     out = work / contender
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -140,17 +122,10 @@ def spawn(contender: str, files_json: Path, work: Path) -> dict[str, Any]:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", contender]
     cmd += ["--files", str(files_json), "--out", str(out)]
     print(f"  running {contender} ...", end="", flush=True)
-    t = time.perf_counter()
-    with open(log_file, "wb") as log:
-        proc = psutil.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        polled = 0
-        while proc.poll() is None:
-            polled = max(polled, _tree_rss(proc))
-            time.sleep(0.05)
-    wall = time.perf_counter() - t
-    if proc.returncode != 0 or not (out / "result.json").exists():
+    returncode, wall, polled = run_polled(cmd, log_file)
+    if returncode != 0 or not (out / "result.json").exists():
         tail = log_file.read_text(errors="replace")[-4000:]
-        raise SystemExit(f"\nFAIL: {contender} exited {proc.returncode}; {log_file}:\n{tail}")
+        raise SystemExit(f"\nFAIL: {contender} exited {returncode}; {log_file}:\n{tail}")
     result = json.loads((out / "result.json").read_text())
     result.update(process_wall_s=wall, polled_tree_peak_mib=polled / MIB, out=str(out))
     print(f" {result['seconds']:.1f}s", flush=True)
@@ -215,10 +190,6 @@ def _window(args: argparse.Namespace) -> Path:
     done.write_text(json.dumps({"rows": rows, "seconds": seconds, "args": vars(args)}))
     print(f"window: {rows:,} sample rows generated in {seconds:.0f}s")
     return data
-
-
-def _verdict(ok: bool) -> str:
-    return "PASS" if ok else "MISS"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,12 +257,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(
         f"ours / duckdb (samples): {ratio:.2f}x -> target <= {TARGET_RATIO}x: "
-        f"{_verdict(ratio <= TARGET_RATIO)}"
+        f"{verdict(ratio <= TARGET_RATIO)}"
     )
     for name, r in results.items():
         print(
             f"peak RSS {name}: {r['peak_rss_mib']:,.0f} MiB -> target < {TARGET_PEAK_MIB:,} MiB: "
-            f"{_verdict(r['peak_rss_mib'] < TARGET_PEAK_MIB)}"
+            f"{verdict(r['peak_rss_mib'] < TARGET_PEAK_MIB)}"
         )
     record = CACHE / f"weekly-report-{dt.datetime.now():%Y%m%dT%H%M%S}.json"
     record.write_text(
