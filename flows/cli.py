@@ -374,7 +374,7 @@ def utilization_cmd(
     """Job-level utilization per arm, week and workload: allocated GPU-hours split into
     delivered, lost and idle; goodput; the samples' busy fraction."""
     _flows_ready()
-    from flows.utilization import utilization
+    from flows.utilization import GPU_HOUR_COLUMNS, utilization
 
     try:
         result = utilization(str(plan), week)
@@ -401,17 +401,7 @@ def utilization_cmd(
         table.add_row(
             row["week"],
             row["arm"],
-            *(
-                f"{row[c]:.4g}"
-                for c in (
-                    "allocated_gpu_h",
-                    "delivered_gpu_h",
-                    "lost_gpu_h",
-                    "idle_checkpoint_gpu_h",
-                    "idle_recovery_gpu_h",
-                    "idle_other_gpu_h",
-                )
-            ),
+            *(f"{row[c]:.4g}" for c in GPU_HOUR_COLUMNS),
             "—" if row.get("goodput") is None else f"{row['goodput']:.3f}",
             "—"
             if row.get("busy_fraction") is None

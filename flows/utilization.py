@@ -14,17 +14,20 @@ from tasks.plan import Plan
 from tasks.runctx import make_run_context
 from tasks.utilization import compute_utilization
 
-COLUMNS = (
-    "week",
-    "arm",
-    "workload",
-    "jobs",
+GPU_HOUR_COLUMNS = (
     "allocated_gpu_h",
     "delivered_gpu_h",
     "lost_gpu_h",
     "idle_checkpoint_gpu_h",
     "idle_recovery_gpu_h",
     "idle_other_gpu_h",
+)
+COLUMNS = (
+    "week",
+    "arm",
+    "workload",
+    "jobs",
+    *GPU_HOUR_COLUMNS,
     "goodput",
     "busy_fraction",
     "busy_metric",

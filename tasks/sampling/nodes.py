@@ -47,14 +47,19 @@ def nodes_to_sample(plan: Plan, node: str | None = None) -> list[str]:
     return [here]
 
 
-def make_backends(plan: Plan, ctx: RunContext, nodes: list[str]) -> dict[str, Backend]:
+def experiment_jobs(ctx: RunContext) -> dict[str, tuple[str, str]]:
+    """Scheduler job id -> (arm, trial) of every job the experiments ran (committed)."""
     trials = read_dataset(
         TRIALS,
         data_dir=ctx.data_dir,
         poc=ctx.poc,
         columns=["arm", "trial_id", "job_id", "recovery_job_id"],
     )
-    slurm_jobs = slurm_jobs_from_trials(trials)
+    return slurm_jobs_from_trials(trials)
+
+
+def make_backends(plan: Plan, ctx: RunContext, nodes: list[str]) -> dict[str, Backend]:
+    slurm_jobs = experiment_jobs(ctx)
     backends: dict[str, Backend] = {}
     for node in nodes:
         attribute = ProcessAttributor(node, plan.workload.name, slurm_jobs)
@@ -134,13 +139,7 @@ def read_prometheus_history(
     until = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=2 * source.step_s)).replace(
         microsecond=0
     )
-    trials = read_dataset(
-        TRIALS,
-        data_dir=ctx.data_dir,
-        poc=ctx.poc,
-        columns=["arm", "trial_id", "job_id", "recovery_job_id"],
-    )
-    jobs = slurm_jobs_from_trials(trials)
+    jobs = experiment_jobs(ctx)
     writer = SpanWriter(ctx)
     spans: dict[str, tuple[str, str]] = {}
     for node in nodes:
