@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from tasks.accounting import SLURM_STATES
 from tasks.errors import DatasetError
 from tasks.fingerprint import FINGERPRINT_COLUMNS
-from tasks.plan import SAMPLE_UNITS
+from tasks.plan import SAMPLE_UNITS, SNAPSHOT_KINDS
 from tasks.runs import committed_run_ids, run_id_of
 
 SCHEMA_VERSION = "1"
@@ -436,6 +436,48 @@ REPORTS = DatasetSpec(
     ),
 )
 
+SNAPSHOTS = DatasetSpec(
+    name="snapshots",
+    doc=(
+        "A node observed at one phase (before_install, after_install, after_uninstall, or "
+        "any name): one row per item. A snapshot that could not read something says so in a "
+        "row of kind 'error' and is marked partial: it is never diffed as if whole."
+    ),
+    key=("run_id", "node", "phase", "kind", "key"),
+    week_from="taken_at",
+    columns=(
+        *_RUN,
+        Column("node", S, False),
+        Column("phase", S, False),
+        Column("kind", S, False, allowed=(*SNAPSHOT_KINDS, "error", "excluded")),
+        Column("key", S, False, doc="what the item is: a path, a package, a unit, a sysctl"),
+        Column("value", S, doc="what it is like: a hash, a version, a state (JSON if several)"),
+        Column("partial", pa.bool_(), False, doc="the snapshot missed something (see 'error')"),
+        Column("taken_at", TS, False),
+        *_FP,
+    ),
+)
+
+EXIT_DIFF = DatasetSpec(
+    name="exit_diff",
+    doc="What differs between two snapshots of a node that the plan does not allow: leftovers.",
+    key=("run_id", "node", "kind", "key"),
+    week_from="diffed_at",
+    columns=(
+        *_RUN,
+        Column("node", S, False),
+        Column("from_phase", S, False),
+        Column("to_phase", S, False),
+        Column("kind", S, False, allowed=SNAPSHOT_KINDS),
+        Column("key", S, False),
+        Column("change", S, False, allowed=("added", "removed", "changed")),
+        Column("before", S),
+        Column("after", S),
+        Column("diffed_at", TS, False),
+        *_FP,
+    ),
+)
+
 DATASETS: dict[str, DatasetSpec] = {
     d.name: d
     for d in (
@@ -449,6 +491,8 @@ DATASETS: dict[str, DatasetSpec] = {
         SAMPLE_GAPS,
         UTILIZATION,
         REPORTS,
+        SNAPSHOTS,
+        EXIT_DIFF,
     )
 }
 

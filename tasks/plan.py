@@ -221,12 +221,70 @@ class Success(_Strict):
         return self
 
 
+SnapshotKind = Literal[
+    "packages",  # Debian packages: name, version, status; conffiles changed from the package's
+    "units",  # systemd units: enabled/active, drop-ins, dangling symlinks under *.wants
+    "files",  # under the watched paths: sha256, mode, owner, file capabilities
+    "modules",  # loaded kernel modules
+    "sysctls",  # /proc/sys, volatile keys left out (and listed as left out)
+    "sockets",  # listening sockets
+    "processes",  # exe, argv, uid
+    "mounts",
+    "users",  # users and groups
+    "cron",  # cron entries and systemd timers
+    "ldconfig",  # the dynamic linker's paths
+    "scheduler",  # Slurm: config plugins, /etc/slurm/**, node features/GRES/state; k8s: labels
+]
+SNAPSHOT_KINDS: tuple[str, ...] = get_args(SnapshotKind)
+DEFAULT_WATCHED_PATHS = (
+    "/etc",
+    "/usr/local",
+    "/opt",
+    "/usr/lib/criu",
+    "/var/lib",
+    "/tmp",
+    "/var/tmp",
+    "/run",
+    "/dev/shm",
+    "/var/log",
+)
+# Busy folders: their entries' names are recorded, not their contents.
+DEFAULT_NAMES_ONLY = ("/tmp", "/var/tmp", "/run", "/dev/shm", "/var/log")
+
+
+class AllowedChange(_Strict):
+    """What may differ after the way out without counting as a leftover (a log grew, the
+    PoC's own data folder): a snapshot kind and a glob over its keys."""
+
+    kind: SnapshotKind
+    key: str = Field(min_length=1, description="fnmatch glob over the item's key")
+    why: str = Field(min_length=1, description="why this change is expected")
+
+
+class Watch(_Strict):
+    """What a node snapshot observes (DESIGN §1.8): defaults that suit a Debian node."""
+
+    kinds: list[SnapshotKind] = Field(default_factory=lambda: list(SNAPSHOT_KINDS), min_length=1)
+    paths: list[str] = Field(default_factory=lambda: list(DEFAULT_WATCHED_PATHS), min_length=1)
+    names_only: list[str] = Field(default_factory=lambda: list(DEFAULT_NAMES_ONLY))
+
+    @field_validator("paths", "names_only")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not path.startswith("/") or "\0" in path:
+                raise ValueError(f"{path!r} is not an absolute path")
+        return value
+
+
 class Exit(_Strict):
     uninstall: list[str] = Field(min_length=1, description="argv of the uninstall command")
     verification: list[str] = Field(
         min_length=1, description="what 'nothing left behind' means: the checks run after"
     )
     test_by: dt.date
+    watch: Watch = Field(default_factory=Watch)
+    allowed_changes: list[AllowedChange] = Field(default_factory=list)
 
     @field_validator("uninstall", mode="before")
     @classmethod
