@@ -13,7 +13,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import os
 import re
+import shutil
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args
 
@@ -33,6 +35,9 @@ from tasks.errors import PlanError
 from tasks.plan_cluster import check_slurm_nodes
 
 log = logging.getLogger(__name__)
+
+# Relative paths in exit.uninstall (the demo's scripts/uninstall-criu) resolve against the repo.
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # A name that is safe as one argv element and as a hostname: no shell metacharacters, no
 # spaces, no leading dash (which a command would read as an option).
@@ -604,6 +609,35 @@ def _yaml_error_line(path: str, text: str, exc: yaml.YAMLError) -> str:
     return f"{path}: not valid YAML: {_one_line(str(exc))}"
 
 
+# --- the way out exists ----------------------------------------------------------------------
+
+
+def check_uninstall_command(
+    path: str, root: yaml.Node | None, plan: Plan
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) about exit.uninstall's program: a path (relative ones resolve
+    against the repo root) must be an executable file; a bare name is looked up on PATH. On
+    Slurm or Kubernetes a bare name runs on the nodes (or the admin host), where this machine
+    cannot look: a name missing here is a warning there, a problem for a local plan."""
+    program = plan.exit.uninstall[0]
+    loc = ("exit", "uninstall")
+    line = _yaml_line(root, loc)
+    where = f"{path}:{line}" if line else path
+    if "/" in program:
+        resolved = Path(program) if Path(program).is_absolute() else REPO_ROOT / program
+        if not resolved.is_file():
+            return [f"{where}: exit.uninstall: {program!r} does not exist ({resolved})"], []
+        if not os.access(resolved, os.X_OK):
+            return [f"{where}: exit.uninstall: {program!r} is not executable ({resolved})"], []
+        return [], []
+    if shutil.which(program) is not None:
+        return [], []
+    message = f"{where}: exit.uninstall: {program!r} is not found on PATH"
+    if plan.cluster.kind == "local":
+        return [message], []
+    return [], [f"{message} here; it runs on the {plan.cluster.kind} nodes, not checked there"]
+
+
 # --- the cluster itself ----------------------------------------------------------------------
 
 
@@ -663,11 +697,14 @@ def load_plan(path: str | Path, *, check_cluster: bool = True) -> Plan:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
         raise PlanError(path, _problem_lines(path, root, exc)) from exc
+    problems, warnings = check_uninstall_command(path, root, plan)
     if check_cluster:
-        problems, warnings = check_plan_against_cluster(path, root, plan)
-        if problems:
-            raise PlanError(path, problems)
-        for warning in warnings:
-            log.warning("%s", warning)
-        plan._check_warnings = tuple(warnings)
+        more_problems, more_warnings = check_plan_against_cluster(path, root, plan)
+        problems += more_problems
+        warnings += more_warnings
+    if problems:
+        raise PlanError(path, problems)
+    for warning in warnings:
+        log.warning("%s", warning)
+    plan._check_warnings = tuple(warnings)
     return plan
