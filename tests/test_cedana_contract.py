@@ -8,6 +8,7 @@ stdin, Pod manifests, REST requests) against ../shared/notes/cedana.md, not Ceda
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 import http.server
 import json
 import logging
@@ -520,16 +521,16 @@ def test_expected_leftovers_in_the_snapshot_vocabulary(kind: str) -> None:
         ("processes", "*cedana*"),
     }
     slurm_only = {
-        ("scheduler", "*plugstack*"),
-        ("scheduler", "*TaskPlugin*"),
-        ("files", "*/slurm*/*cedana*.so"),
+        ("scheduler", "file:*plugstack*"),
+        ("scheduler", "config:TaskPlugin"),
+        ("scheduler", "file:*/*cedana*.so"),
         ("files", "/usr/*bin/cedana-slurm"),
         ("units", "*slurmd.service.d/*"),
     }
     k8s_only = {
         ("files", "/etc/containerd/conf.d/999-cedana.toml"),
         ("files", "*/99-cedana.conf"),
-        ("scheduler", "*cedana.ai/enabled*"),
+        ("scheduler", "label:cedana.ai/enabled"),
     }
     mine, other = (slurm_only, k8s_only) if kind == "slurm" else (k8s_only, slurm_only)
     assert common | mine <= set(pairs)
@@ -543,3 +544,48 @@ def test_exit_checklist_per_plan_node(slurm_plan: Plan) -> None:
     assert {item["node"] for item in checklist} == set(SLURM_NODES)
     with pytest.raises(cedana.CedanaError, match="no 'local' install"):
         cedana.expected_leftovers("local")
+
+
+# Keys as tasks/snapshots.py writes them: each planted leftover must match a glob of its kind.
+PLANTED = {
+    "slurm": [
+        ("units", "/etc/systemd/system/multi-user.target.wants/cedana.service"),
+        ("units", "/etc/systemd/system/slurmd.service.d/cedana.conf"),
+        ("files", "/etc/profile.d/cedana.sh"),
+        ("files", "/run/criu.kdat"),
+        ("files", "/usr/local/bin/criu"),
+        ("sysctls", "fs.pipe-max-size"),
+        ("packages", "libseccomp-dev"),
+        ("processes", "/usr/local/bin/cedana daemon start"),
+        ("scheduler", "config:TaskPlugin"),
+        ("scheduler", "file:/usr/lib/x86_64-linux-gnu/slurm-wlm/spank_cedana.so"),
+        ("scheduler", "file:/etc/slurm/plugstack.conf"),
+    ],
+    "kubernetes": [
+        ("files", "/etc/containerd/conf.d/999-cedana.toml"),
+        ("files", "/etc/kubernetes/kubelet.conf.d/99-cedana.conf"),
+        ("sysctls", "kernel.io_uring_disabled"),
+        ("scheduler", "label:cedana.ai/enabled"),
+        ("scheduler", "taint:cedana.ai/not-ready:NoSchedule"),
+    ],
+}
+UNRELATED = [
+    ("files", "/etc/profile.d/site.sh"),
+    ("sysctls", "vm.swappiness"),
+    ("scheduler", "config:SelectType"),
+    ("scheduler", "label:kubernetes.io/hostname"),
+    ("units", "/etc/systemd/system/multi-user.target.wants/ssh.service"),
+]
+
+
+@pytest.mark.parametrize("cluster", ["slurm", "kubernetes"])
+def test_leftover_globs_match_snapshot_keys(cluster: str) -> None:
+    globs = cedana.expected_leftovers(cluster)
+
+    def matched(kind: str, key: str) -> bool:
+        return any(g["kind"] == kind and fnmatch.fnmatchcase(key, g["key_glob"]) for g in globs)
+
+    for kind, key in PLANTED[cluster]:
+        assert matched(kind, key), (kind, key)
+    for kind, key in UNRELATED:
+        assert not matched(kind, key), (kind, key)

@@ -576,16 +576,23 @@ _LEFTOVERS: tuple[_Leftover, ...] = (
         "a daemon started with `cedana daemon start` outside systemd survives the unit's removal",
     ),
     _Leftover(
+        "sockets",
+        "*cedana*",
+        "a surviving daemon still listening (cedana.sock in the runtime folder, or TCP 8080)",
+    ),
+    _Leftover(
         "ldconfig",
         "*libcedana*",
         "inferred: if setup ran ldconfig, the cache keeps the removed libcedana-*.so entries",
     ),
     # Slurm wiring: left unless the closed-source `cedana-slurm cleanup` undoes it.
-    _Leftover("files", "*/slurm*/*cedana*.so", "the .so copies in Slurm's PluginDir", _S),
-    _Leftover("scheduler", "*plugstack*", "the `required …/spank_cedana.so` plugstack line", _S),
-    _Leftover("scheduler", "*TaskPlugin*", "task/cedana added to TaskPlugin", _S),
-    _Leftover("scheduler", "*CliFilterPlugins*", "Cedana's cli_filter plugin", _S),
-    _Leftover("scheduler", "*JobSubmitPlugins*", "Cedana's job_submit plugin", _S),
+    _Leftover("scheduler", "file:*/*cedana*.so", "the .so copies in Slurm's PluginDir", _S),
+    _Leftover(
+        "scheduler", "file:*plugstack*", "the `required …/spank_cedana.so` plugstack line", _S
+    ),
+    _Leftover("scheduler", "config:TaskPlugin", "task/cedana added to TaskPlugin", _S),
+    _Leftover("scheduler", "config:CliFilterPlugins", "Cedana's cli_filter plugin", _S),
+    _Leftover("scheduler", "config:JobSubmitPlugins", "Cedana's job_submit plugin", _S),
     _Leftover("files", "/etc/default/slurmd", "setup's environment for slurmd", _S),
     _Leftover("units", "*slurmd.service.d/*", "systemd drop-in for slurmd", _S),
     _Leftover("units", "*slurmctld.service.d/*", "systemd drop-in for slurmctld", _S),
@@ -611,13 +618,13 @@ _LEFTOVERS: tuple[_Leftover, ...] = (
     _Leftover("files", "*/99-cedana.conf", "kubelet runtimeRequestTimeout: 10m drop-in", _K),
     _Leftover(
         "scheduler",
-        f"*{NODE_LABEL}*",
+        f"label:{NODE_LABEL}",
         "the node label the PoC put on; Helm does not remove it (our uninstall step does)",
         _K,
     ),
     _Leftover(
         "scheduler",
-        "*cedana.ai/not-ready*",
+        "taint:cedana.ai/not-ready:*",
         "the helper's taint; removed by the pre-delete hook only if that hook ran",
         _K,
     ),
@@ -626,7 +633,11 @@ _LEFTOVERS: tuple[_Leftover, ...] = (
 
 def expected_leftovers(cluster_kind: str) -> list[dict[str, str]]:
     """What Cedana's own removal is known (or, where said, inferred) to leave on a node, as
-    ``{kind, key_glob, why}`` in the snapshot's kinds: the exit diff must name each one."""
+    ``{kind, key_glob, why}`` in the snapshot's kinds: the exit diff must name each one.
+
+    ``key_glob`` is an fnmatch glob over tasks/snapshots.py's keys: absolute paths for files
+    and units, dotted names for sysctls, package names, ``config:KEY``, ``file:PATH``,
+    ``label:KEY`` and ``taint:KEY:EFFECT`` for the scheduler."""
     if cluster_kind not in ("slurm", "kubernetes"):
         raise CedanaError(f"Cedana has no {cluster_kind!r} install in this PoC")
     return [
