@@ -1,0 +1,330 @@
+"""Install, opt-in and uninstall of the criu checkpointer: locally (the demo plan's cycle) and
+on the real single-node Slurm (SPANK flag, an opted-in job checkpointed and restored beside
+one that did not opt in and is left alone), each stage refusing nodes the plan does not name,
+and uninstall never deleting what install did not create."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tasks import install as inst
+from tasks.checkpointers.criu import Checkpoint
+from tasks.clock import read_journal
+from tasks.errors import BlastRadiusError
+from tasks.plan import Plan, load_plan
+from tasks.runctx import make_run_context
+from tests import slurm_cluster
+from tests.conftest import REPO
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+def _local_plan(write_plan) -> tuple[Plan, Path]:
+    path = write_plan()
+    return load_plan(path), path
+
+
+# --- local: the demo plan's own cycle ---------------------------------------------------------
+
+
+@pytest.mark.criu
+def test_local_demo_cycle_installs_into_its_prefix_and_uninstall_removes_it_all(
+    write_plan,
+) -> None:
+    plan, path = _local_plan(write_plan)
+    ctx = make_run_context(plan, path, stage="install")
+    data = Path(plan.data_dir).resolve()
+    before = _tree(data / plan.poc / "_install")
+    done = inst.install(plan, ctx)
+    for node in plan.cluster.nodes:
+        prefix = Path(done[node]["prefix"])
+        assert prefix.is_relative_to(data)  # never a system folder
+        manifest = json.loads((prefix / "manifest.json").read_text())
+        assert sorted(f["path"] for f in manifest["files"]) == sorted(
+            [str(prefix / "bin" / "ckpt-poc-job"), str(prefix / "bin" / "criu")]
+        )
+        assert subprocess.run([prefix / "bin" / "criu", "--version"], check=False).returncode == 0
+    opted = inst.opt_in(plan, ctx)
+    assert opted["managed_arm"] and opted["workload"] == plan.workload.name
+    # Uninstall runs the plan's own exit.uninstall: scripts/uninstall-criu.
+    assert plan.exit.uninstall == ["scripts/uninstall-criu"]
+    result = inst.uninstall(plan, ctx)
+    assert all(r["rc"] == 0 for r in result.values()), result
+    assert _tree(data / plan.poc / "_install") == before == []
+    # Idempotent: a second uninstall finds nothing and succeeds.
+    assert all(r["rc"] == 0 for r in inst.uninstall(plan, ctx).values())
+    names = [e.event for e in inst.recorder_for(ctx).events()]
+    assert names.count("install_step") >= 8 and "opted_in" in names and "uninstalled" in names
+    step = next(e for e in inst.recorder_for(ctx).events() if e.event == "install_step")
+    assert step.detail["who"] and isinstance(step.detail["argv"], list) and step.detail["rc"] == 0
+
+
+def test_each_stage_refuses_a_node_the_plan_does_not_name(write_plan, tmp_path) -> None:
+    plan, path = _local_plan(write_plan)
+    ctx = make_run_context(plan, path, stage="install")
+    for stage in (inst.install, inst.opt_in, inst.uninstall):
+        with pytest.raises(BlastRadiusError, match="not the plan's nodes"):
+            if stage is inst.opt_in:
+                stage(plan, ctx, None, nodes=["local-a", "intruder"])
+            else:
+                stage(plan, ctx, nodes=["intruder"])
+    with pytest.raises(BlastRadiusError):
+        inst.on_node(plan, "intruder", ["true"])
+    with pytest.raises(BlastRadiusError, match="not the plan's workload"):
+        inst.opt_in(plan, ctx, "someone-elses-job")
+    # Refused before doing anything: nothing was written.
+    assert not (Path(plan.data_dir) / plan.poc / "_install").exists()
+
+
+@pytest.mark.criu
+def test_uninstall_never_deletes_what_install_did_not_create(write_plan) -> None:
+    plan, path = _local_plan(write_plan)
+    ctx = make_run_context(plan, path, stage="install")
+    lay_a = inst.layout(plan, "local-a")
+    # A file planted where install would write: install refuses and writes nothing.
+    lay_a.prefix.joinpath("bin").mkdir(parents=True)
+    planted = lay_a.prefix / "bin" / "criu"
+    planted.write_text("someone else's criu\n")
+    with pytest.raises(inst.InstallError, match="not created by this install"):
+        inst.install(plan, ctx, nodes=["local-a"])
+    inst.uninstall(plan, ctx, nodes=["local-a"])
+    assert planted.read_text() == "someone else's criu\n"
+    planted.unlink()
+    # A foreign file inside a folder install then creates, and one install's file changed
+    # after install: uninstall removes the rest, leaves both, and says so (exit 1).
+    inst.install(plan, ctx, nodes=["local-a"])
+    foreign = lay_a.prefix / "bin" / "notes.txt"
+    foreign.write_text("mine\n")
+    wrapper = lay_a.prefix / "bin" / "ckpt-poc-job"
+    wrapper.write_text(wrapper.read_text() + "# edited by an admin\n")
+    with pytest.raises(inst.InstallError, match="changed since install"):
+        inst.uninstall(plan, ctx, nodes=["local-a"])
+    assert foreign.read_text() == "mine\n" and wrapper.exists()
+    assert not (lay_a.prefix / "bin" / "criu").exists()
+    assert lay_a.manifest.exists()  # kept: a rerun can finish once the admin decides
+    # A manifest edited to list a path outside the prefix is refused whole.
+    manifest = json.loads(lay_a.manifest.read_text())
+    manifest["files"].append({"path": str(path), "sha256": "0"})
+    lay_a.manifest.write_text(json.dumps(manifest))
+    rc = subprocess.run([REPO / "scripts" / "uninstall-criu", lay_a.manifest], check=False)
+    assert rc.returncode == 2 and path.exists() and foreign.exists()
+
+
+# --- the real single-node Slurm ---------------------------------------------------------------
+
+PORTS = {
+    "CKPT_SLURM_DB_PORT": "25316",
+    "CKPT_SLURM_CTLD_PORT": "25827",
+    "CKPT_SLURM_D_PORT": "25828",
+    "CKPT_SLURM_DBD_PORT": "25829",
+}
+COUNTER = (
+    "import time\nfor i in range(10**6):\n    print(f'step={i} ', flush=True)\n    time.sleep(0.05)"
+)
+
+
+@pytest.fixture(scope="module")
+def slurm_env(tmp_path_factory, criu_binary: str) -> Iterator[dict[str, str]]:
+    directory = tmp_path_factory.mktemp("slurm-install")
+    keys = [*PORTS, "SLURM_CONF", "CKPT_POC_CRIU", inst.PREFIX_ROOT_ENV]
+    saved = {k: os.environ.get(k) for k in keys}
+    os.environ.update(PORTS)
+    try:
+        env = slurm_cluster.ensure_slurm_up(directory)
+        # Debian's plugstack.conf ends with an include of plugstack.conf.d/*.conf; the test
+        # cluster's own plugstack.conf gets the same line (the cluster's, not the machine's).
+        etc = Path(env["SLURM_CONF"]).parent
+        (etc / "plugstack.conf.d").mkdir(exist_ok=True)
+        with open(etc / "plugstack.conf", "a") as fh:
+            fh.write(f"include {etc / 'plugstack.conf.d'}/*.conf\n")
+        os.environ["SLURM_CONF"] = env["SLURM_CONF"]
+        os.environ["CKPT_POC_CRIU"] = criu_binary
+        # The node's /opt stands in a temp folder: other sessions share this machine.
+        os.environ[inst.PREFIX_ROOT_ENV] = str(directory / "opt" / "ckpt-poc")
+        yield env
+    finally:
+        subprocess.run(
+            [str(REPO / "scripts" / "slurm-down"), "--purge", str(directory)],
+            check=False,
+            timeout=120,
+        )
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _slurm_plan(tmp_path: Path) -> tuple[Plan, Path]:
+    path = tmp_path / "plan.yaml"
+    text = (REPO / "plans" / "demo.yaml").read_text()
+    text = text.replace("poc: demo", "poc: slurm-install")
+    text = text.replace("data_dir: data", f"data_dir: {tmp_path / 'data'}")
+    text = text.replace(
+        "kind: local\n  nodes: [local-a, local-b]\n  queue: demo",
+        "kind: slurm\n  nodes: [ckpt-node1]\n  queue: poc",
+    )
+    text = text.replace("  - kind: sigkill\n  - kind: sigkill-group", "  - kind: scancel")
+    # What this test's snapshots watch: the prefix root and the cluster's configuration.
+    etc = Path(os.environ["SLURM_CONF"]).parent
+    text = text.replace(
+        "  test_by: 2026-12-21",
+        "  test_by: 2026-12-21\n  watch:\n    kinds: [files]\n"
+        f"    paths: [{Path(os.environ[inst.PREFIX_ROOT_ENV]).parent}, {etc}]\n    names_only: []",
+    )
+    path.write_text(text)
+    return load_plan(path), path
+
+
+def _sbatch(args: list[str], wrapper: Path, spec: dict, tmp_path: Path, name: str) -> str:
+    spec_path = tmp_path / f"{name}.json"
+    spec_path.write_text(json.dumps(spec))
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={name}",
+        "--partition=poc",
+        "--nodelist=ckpt-node1",
+        "--no-requeue",
+        f"--chdir={REPO}",
+        f"--output={spec['log']}",
+        "--open-mode=append",  # CRIU restores an open log only in append mode
+        *args,
+        str(wrapper),
+        str(spec_path),
+    ]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def _spec(tmp_path: Path, name: str, mode: str = "run", **more: object) -> dict:
+    return {
+        "mode": mode,
+        "trial_id": name,
+        "arm": "managed",
+        "node": "ckpt-node1",
+        "argv": ["python", "-u", "-c", COUNTER],
+        "events": str(tmp_path / f"{name}.events.jsonl"),
+        "log": str(tmp_path / f"{name}.log"),
+        "ckpt_root": str(tmp_path / f"{name}.ckpt"),
+        "keep": 3,
+        "interval_s": 0.5,
+        "checkpoint": True,  # asked for by both jobs: only the opt-in decides
+        **more,
+    }
+
+
+def _wait(what: str, ok, timeout: float = 60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = ok()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _steps(log: Path) -> list[int]:
+    return [int(x.split("=")[1]) for x in log.read_text().split() if x.startswith("step=")]
+
+
+def _snapshot(plan: Plan, path: Path, phase: str) -> None:
+    from tasks.snapshots import take_snapshot
+
+    ctx = make_run_context(plan, path, stage="snapshot")
+    take_snapshot(plan, ctx, phase, "ckpt-node1")
+    ctx.commit()
+
+
+@pytest.mark.slurm
+@pytest.mark.criu
+def test_slurm_cycle_opted_in_job_is_checkpointed_and_restored_the_other_left_alone(
+    slurm_env, tmp_path: Path
+) -> None:
+    plan, path = _slurm_plan(tmp_path)
+    etc = Path(os.environ["SLURM_CONF"]).parent
+    _snapshot(plan, path, "before_install")
+    ctx = make_run_context(plan, path, stage="install")
+    with pytest.raises(BlastRadiusError):
+        inst.install(plan, ctx, nodes=["ckpt-node2"])
+    done = inst.install(plan, ctx)["ckpt-node1"]
+    prefix = Path(done["prefix"])
+    hook = etc / "plugstack.conf.d" / "ckpt-poc-slurm-install.conf"
+    assert done["hooks"] == [str(hook)] and hook.is_file()
+    assert (prefix / "lib" / "ckpt_poc_spank.so").is_file()
+    helptext = subprocess.run(["sbatch", "--help"], capture_output=True, text=True).stdout
+    assert "--ckpt-poc" in helptext
+    opted = inst.opt_in(plan, ctx)
+    assert opted["sbatch_args"] == ["--ckpt-poc"]
+    wrapper = prefix / "bin" / "ckpt-poc-job"
+
+    managed = _spec(tmp_path, "opted")
+    plain = _spec(tmp_path, "plain")
+    job_m = _sbatch(opted["sbatch_args"], wrapper, managed, tmp_path, "opted")
+    job_p = _sbatch([], wrapper, plain, tmp_path, "plain")  # same node, no flag
+    root = Path(managed["ckpt_root"])
+    point = _wait(
+        "a complete checkpoint of the opted-in job",
+        lambda: next(
+            (c for p in sorted(root.glob("ckpt-*"))[::-1] if (c := Checkpoint.load(p))), None
+        ),
+    )
+    subprocess.run(["scancel", job_m], check=True)
+    slurm_cluster.wait_state(job_m, {"CANCELLED"}, 60, env=slurm_env)
+    held = max(_steps(Path(managed["log"])))
+    restore = _spec(tmp_path, "opted", mode="restore", restore_from=str(point.path))
+    restore["events"] = str(tmp_path / "opted-restore.events.jsonl")
+    job_r = _sbatch(opted["sbatch_args"], wrapper, restore, tmp_path, "opted-restore")
+    _wait(
+        "the restored job to report new steps",
+        lambda: len(_steps(Path(managed["log"]))) > held + 5 and _steps(Path(managed["log"])),
+    )
+    events = {e.event: e for e in read_journal(Path(restore["events"]))}
+    assert events["managed_job"].detail["opted_in"] is True
+    assert events["managed_job"].detail["criu"] == str(prefix / "bin" / "criu")
+    assert "restored" in events
+    first = {e.event for e in read_journal(Path(managed["events"]))}
+    assert {"checkpoint_start", "checkpoint_end"} <= first
+
+    # The job that did not opt in ran beside it, plainly: no dump folder, no checkpoint event.
+    assert len(_steps(Path(plain["log"]))) > 10
+    plain_events = read_journal(Path(plain["events"]))
+    assert plain_events[0].event == "managed_job" and plain_events[0].detail["opted_in"] is False
+    assert not any(e.event.startswith(("checkpoint", "restore")) for e in plain_events)
+    assert not Path(plain["ckpt_root"]).exists()
+    # Even asked to restore, a job that did not opt in is refused.
+    job_x = _sbatch([], wrapper, {**restore, "events": str(tmp_path / "x.jsonl")}, tmp_path, "x")
+    slurm_cluster.wait_state(job_x, {"FAILED"}, 60, env=slurm_env)
+    assert [e.event for e in read_journal(tmp_path / "x.jsonl")] == [
+        "managed_job",
+        "restore_refused",
+    ]
+    subprocess.run(["scancel", job_r, job_p], check=True)
+    for job in (job_r, job_p):
+        slurm_cluster.wait_state(job, {"CANCELLED"}, 60, env=slurm_env)
+
+    with pytest.raises(BlastRadiusError):
+        inst.uninstall(plan, ctx, nodes=["ckpt-node2"])
+    result = inst.uninstall(plan, ctx)
+    assert result["ckpt-node1"]["rc"] == 0, result
+    assert not hook.exists() and not prefix.exists()
+    helptext = subprocess.run(["sbatch", "--help"], capture_output=True, text=True).stdout
+    assert "--ckpt-poc" not in helptext
+    ctx.commit()
+
+    from tasks.exit_diff import exit_diff
+
+    _snapshot(plan, path, "after_uninstall")
+    diff_ctx = make_run_context(plan, path, stage="exit_diff")
+    diff = exit_diff(plan, diff_ctx, "before_install", "after_uninstall")
+    assert diff["verdict"] == "clean", diff["leftovers"]
