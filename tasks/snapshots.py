@@ -496,10 +496,19 @@ def _processes() -> dict[int, dict[str, Any]]:
     return procs
 
 
+def _is_collector(argv: list[str]) -> bool:
+    return any(
+        a == "tasks.snapshots" and argv[i + 1 : i + 2] == ["collect"] for i, a in enumerate(argv)
+    )
+
+
 def _own_family(procs: dict[int, dict[str, Any]]) -> set[int]:
     """The snapshotting process, what it started and what started it (below PID 1): the
     PoC's own tooling, which is never the same process twice."""
     own = {os.getpid()}
+    # The collector's command wherever it shows: on Slurm the `srun … python -m
+    # tasks.snapshots collect` that started this job may run on the very node observed.
+    own |= {p for p, info in procs.items() if _is_collector(info["argv"])}
     pid = os.getppid()
     while pid > 1 and pid in procs:
         own.add(pid)

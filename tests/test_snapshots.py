@@ -354,6 +354,7 @@ def test_a_slurm_node_is_snapshotted_by_a_pinned_job(slurm_env, write_plan) -> N
     path = write_plan(
         {
             "cluster": {"kind": "slurm", "nodes": ["ckpt-node1"], "queue": "poc"},
+            "faults": [{"kind": "scancel"}],
             "exit.watch": {"kinds": ["scheduler", "files", "processes"], "paths": ["/etc/slurm"]},
             "exit.allowed_changes": [
                 {"kind": "scheduler", "key": "node:alloc", "why": "follows the jobs running"},
@@ -397,8 +398,10 @@ def test_a_slurm_node_is_snapshotted_by_a_pinned_job(slurm_env, write_plan) -> N
     found = {(x["kind"], x["key"]): x for x in result["leftovers"]}
     assert found[("scheduler", f"file:{dropin}")]["change"] == "added"
     assert found[("files", str(dropin))]["change"] == "added"
-    assert f"ckpt-poc-test-{mark}" in found[("scheduler", "node:AvailableFeatures")]["after"]
-    assert len(found) == 3, json.dumps(result["leftovers"], indent=1)
+    for features in ("node:AvailableFeatures", "node:ActiveFeatures"):  # Slurm sets both
+        assert f"ckpt-poc-test-{mark}" in found[("scheduler", features)]["after"]
+    # Nothing else: the job's own processes (srun, slurmstepd, the collector) are not there.
+    assert len(found) == 4, json.dumps(result["leftovers"], indent=1)
 
 
 def test_the_collector_runs_as_a_module_and_prints_json() -> None:

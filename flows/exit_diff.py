@@ -1,0 +1,44 @@
+"""The way out, proved: diff each plan node's snapshots of two phases (DESIGN §1.8)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.common import run_name
+from flows.plan_check import ensure_plan_is_valid
+from tasks.errors import CkptPocError
+from tasks.exit_diff import exit_diff as diff_nodes
+from tasks.exit_diff import leftovers_markdown, verdict_line
+from tasks.plan import Plan
+from tasks.runctx import make_run_context
+
+
+@task(name="diff_snapshots", cache_policy=NO_CACHE)
+def diff_task(plan: Plan, plan_path: str, from_phase: str, to_phase: str) -> dict[str, Any]:
+    ctx = make_run_context(plan, plan_path, stage="exit_diff")
+    try:
+        result = diff_nodes(plan, ctx, from_phase, to_phase)
+    except CkptPocError as exc:
+        ctx.commit(f"refused: {str(exc)[:300]}")
+        raise
+    # The verdict is in the commit record too: a clean diff writes no exit_diff row.
+    ctx.commit(f"exit verdict: {verdict_line(result)}")
+    return {**result, "run_id": ctx.run_id}
+
+
+@flow(name="exit_diff", flow_run_name=run_name("exit diff"))
+def exit_diff(plan_path: str, from_phase: str, to_phase: str) -> dict[str, Any]:
+    """Leftovers between two phases' snapshots of every plan node → `exit_diff`, and the
+    verdict ('clean' or 'leftovers: N') first in the run's artifact."""
+    plan = ensure_plan_is_valid(plan_path)
+    result = diff_task(plan, plan_path, from_phase, to_phase)
+    create_markdown_artifact(
+        key="exit-diff",
+        markdown=leftovers_markdown(result),
+        description=f"Exit verdict: {verdict_line(result)}",
+    )
+    return result
