@@ -636,5 +636,16 @@ def _stop_demo_sampler(sampler: subprocess.Popen[bytes]) -> None:
         err.print(f"[yellow]the sampler ended with exit code {code}[/]")
 
 
+def _register_stage_commands() -> None:
+    """Commands defined beside their flows (snapshot, exit-diff, install, opt-in, uninstall)."""
+    from flows.cli_exit import register as register_exit
+    from flows.cli_install import register as register_install
+
+    register_exit(app)
+    register_install(app)
+
+
+_register_stage_commands()
+
 if __name__ == "__main__":
     app()

@@ -22,6 +22,12 @@ def deploy_settings(plan: Plan, plan_path: str) -> dict[str, str]:
         "CKPT_POC_CRON_SAMPLE_WINDOW": schedules.sample_window,
         "CKPT_POC_CRON_UTILIZATION": schedules.utilization,
         "CKPT_POC_CRON_WEEKLY_REPORT": schedules.weekly_report,
+        # The way out is tried during the PoC: uninstall once, on exit.test_by at 09:00
+        # (Prefect's rrule takes UNTIL, not COUNT).
+        "CKPT_POC_RRULE_UNINSTALL": (
+            f"DTSTART:{plan.exit.test_by:%Y%m%d}T090000\n"
+            f"RRULE:FREQ=DAILY;UNTIL={plan.exit.test_by:%Y%m%d}T235959"
+        ),
     }
 
 

@@ -232,6 +232,18 @@ def test_window_deployments_carry_the_plans_schedules(stack: PrefectStack) -> No
     limit = sampler.get("global_concurrency_limit") or {}
     assert sampler.get("concurrency_limit") == 1 or limit.get("limit") == 1, sampler
     assert (sampler.get("concurrency_options") or {}).get("collision_strategy") == "ENQUEUE"
+    # The way out is tried during the PoC: uninstall is scheduled once, on exit.test_by.
+    test_by = yaml.safe_load((REPO / "plans" / "demo.yaml").read_text())["exit"]["test_by"]
+    (uninstall,) = stack.deployment("uninstall", "uninstall")["schedules"]
+    assert f"DTSTART:{test_by:%Y%m%d}T090000" in uninstall["schedule"]["rrule"]
+    assert f"UNTIL={test_by:%Y%m%d}T235959" in uninstall["schedule"]["rrule"]
+    for flow, entrypoint in [
+        ("snapshot", "flows/snapshot.py:snapshot"),
+        ("install", "flows/install.py:install"),
+        ("opt_in", "flows/install.py:opt_in"),
+        ("exit_diff", "flows/exit_diff.py:exit_diff"),
+    ]:
+        assert stack.deployment(flow, flow)["entrypoint"] == entrypoint
     # A flow run that stops sending heartbeats is crashed by an automation.
     automations = stack.api("POST", "automations/filter", {})
     (watch,) = [a for a in automations if a["name"].startswith("ckpt-poc: crash flow runs")]
