@@ -478,6 +478,24 @@ EXIT_DIFF = DatasetSpec(
     ),
 )
 
+EXIT_VERDICTS = DatasetSpec(
+    name="exit_verdicts",
+    doc="One row per node and exit diff: the verdict, clean or how many leftovers.",
+    key=("run_id", "node"),
+    week_from="diffed_at",
+    columns=(
+        *_RUN,
+        Column("node", S, False),
+        Column("from_phase", S, False),
+        Column("to_phase", S, False),
+        Column("verdict", S, False, allowed=("clean", "leftovers")),
+        Column("leftovers", I64, False, min=0),
+        Column("items_compared", I64, False, min=0),
+        Column("diffed_at", TS, False),
+        *_FP,
+    ),
+)
+
 DATASETS: dict[str, DatasetSpec] = {
     d.name: d
     for d in (
@@ -493,6 +511,7 @@ DATASETS: dict[str, DatasetSpec] = {
         REPORTS,
         SNAPSHOTS,
         EXIT_DIFF,
+        EXIT_VERDICTS,
     )
 }
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.datasets import EXIT_DIFF, write_dataset
+from tasks.datasets import EXIT_DIFF, EXIT_VERDICTS, write_dataset
 from tasks.errors import CkptPocError
 from tasks.plan import AllowedChange, Plan
 from tasks.runctx import RunContext
@@ -119,13 +119,14 @@ def exit_diff(plan: Plan, ctx: RunContext, from_phase: str, to_phase: str) -> di
             "to_taken_at": pd.Timestamp(after["taken_at"].max()).isoformat(),
             "items_compared": len(_items(before).keys() | _items(after).keys()),
         }
+    diffed_at = pd.Timestamp(dt.datetime.now(dt.UTC))
     if leftovers:
         df = pd.DataFrame(leftovers)
         for column, value in ctx.stamp().items():
             df[column] = value
         df["from_phase"] = from_phase
         df["to_phase"] = to_phase
-        df["diffed_at"] = pd.Timestamp(dt.datetime.now(dt.UTC))
+        df["diffed_at"] = diffed_at
         write_dataset(
             df[EXIT_DIFF.column_names],
             EXIT_DIFF,
@@ -134,6 +135,30 @@ def exit_diff(plan: Plan, ctx: RunContext, from_phase: str, to_phase: str) -> di
             run_id=ctx.run_id,
             metadata=ctx.file_metadata,
         )
+    # The verdict per node, clean ones too: the weekly report reads it from here.
+    verdicts = pd.DataFrame(
+        [
+            {
+                **ctx.stamp(),
+                "node": node,
+                "from_phase": from_phase,
+                "to_phase": to_phase,
+                "verdict": "leftovers" if info["leftovers"] else "clean",
+                "leftovers": info["leftovers"],
+                "items_compared": info["items_compared"],
+                "diffed_at": diffed_at,
+            }
+            for node, info in nodes.items()
+        ]
+    )
+    write_dataset(
+        verdicts[EXIT_VERDICTS.column_names],
+        EXIT_VERDICTS,
+        data_dir=ctx.data_dir,
+        poc=ctx.poc,
+        run_id=ctx.run_id,
+        metadata=ctx.file_metadata,
+    )
     return {
         "verdict": "leftovers" if leftovers else "clean",
         "leftovers": leftovers,

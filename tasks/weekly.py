@@ -49,6 +49,7 @@ import pandas as pd
 
 from tasks import weeks
 from tasks.datasets import (
+    EXIT_VERDICTS,
     EXPOSURE,
     GATES,
     REPORTS,
@@ -76,6 +77,7 @@ INPUTS: dict[str, DatasetSpec] = {
     "gates": GATES,
     "utilization": UTILIZATION,
     "sample_gaps": SAMPLE_GAPS,
+    "exit_verdicts": EXIT_VERDICTS,
 }
 FINGERPRINT_FIELDS = ("driver", "cuda", "kernel", "checkpointer", "nodes")
 # Report columns this module computes; build_weekly_report adds the stamp and computed_at.
@@ -135,6 +137,7 @@ TITLES = {
     "checkpoint_freeze_s": "checkpoint freeze",
     "checkpoint_interval_s": "optimal checkpoint interval (Daly)",
     "waste_fraction": "expected waste at the plan's interval",
+    "exit_leftovers": "items left on the nodes after uninstall",
     "goodput_gain_expected": "expected goodput gain (waste model)",
 }
 N_RESAMPLES = 10_000
@@ -586,6 +589,27 @@ def _utilization_rows(c: _Ctx, util: pd.DataFrame, seg_weeks: list[str]) -> None
     )
 
 
+def _exit_row(c: _Ctx, verdicts: pd.DataFrame) -> None:
+    """The way out as tried so far: each node's newest exit diff up to the end of the week
+    (DESIGN §1.8); met only when every node diffed clean."""
+    end = week_start(c.week) + pd.Timedelta(days=7)
+    done = verdicts[verdicts["diffed_at"] < end].sort_values("diffed_at")
+    latest = done.groupby("node", as_index=False).last() if len(done) else done
+    dirty = latest[latest["leftovers"] > 0] if len(latest) else latest
+    c.add(
+        "exit_leftovers",
+        "both",
+        len(latest),
+        float(latest["leftovers"].sum()) if len(latest) else None,
+        "items",
+        "the newest exit diff of each node to the end of the week (before_install → "
+        "after_uninstall snapshots); n = nodes diffed",
+        verdict=None if not len(latest) else ("not met" if len(dirty) else "met"),
+        note=", ".join(f"{r.node}: {r.leftovers} leftover(s)" for r in dirty.itertuples()),
+        run_ids=list(latest["run_id"]) if len(latest) else [],
+    )
+
+
 def interruption_rate(exposure: pd.DataFrame, gpus: int) -> dict[str, Any] | None:
     """λ per hour of job time from the latest baseline's exposure rows (module docstring)."""
     states = exposure[exposure["kind"] == "state"]
@@ -800,6 +824,7 @@ def weekly_report_rows(
         (r["value"] for r in c.rows if r["measure"] == "goodput_gain" and r["n"]), None
     )
     _extrapolated_rows(c, _frame(frames, "exposure"), measured_gain)
+    _exit_row(c, _frame(frames, "exit_verdicts"))
     rows = pd.DataFrame(c.rows, columns=[*ROW_COLUMNS, *EXTRA_COLUMNS])
     return rows, segs.change_points, _gaps(_frame(frames, "sample_gaps"), week)
 

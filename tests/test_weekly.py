@@ -478,3 +478,37 @@ def test_a_malformed_week_is_refused_clearly() -> None:
     for bad in ("2026-W99", "2026-49", "last week"):
         with pytest.raises(CkptPocError, match="is not an ISO week"):
             weekly_report_rows(make_plan(), {}, bad)
+
+
+def test_the_exit_verdict_is_a_row_of_the_week() -> None:
+    from tasks.datasets import EXIT_VERDICTS
+
+    def verdict(node: str, week: str, leftovers: int) -> dict[str, Any]:
+        return {
+            "poc": "p",
+            "run_id": f"exit-{node}-{week}",
+            "node": node,
+            "from_phase": "before_install",
+            "to_phase": "after_uninstall",
+            "verdict": "leftovers" if leftovers else "clean",
+            "leftovers": leftovers,
+            "items_compared": 1000,
+            "diffed_at": at(week),
+            **fp(),
+        }
+
+    frames = {
+        "exit_verdicts": frame(
+            [verdict("node-a", W2, 0), verdict("node-b", W2, 0), verdict("node-b", W3, 3)],
+            EXIT_VERDICTS,
+        )
+    }
+    assert (
+        row(weekly_report_rows(make_plan(), frames, W1)[0], "exit_leftovers", "both")["verdict"]
+        == "no data"
+    )  # not tried yet
+    w2 = row(weekly_report_rows(make_plan(), frames, W2)[0], "exit_leftovers", "both")
+    assert (w2["n"], w2["value"], w2["verdict"]) == (2, 0.0, "met")
+    w3 = row(weekly_report_rows(make_plan(), frames, W3)[0], "exit_leftovers", "both")
+    assert (w3["n"], w3["value"], w3["verdict"]) == (2, 3.0, "not met")
+    assert "node-b: 3 leftover(s)" in w3["note"]
