@@ -574,9 +574,15 @@ def demo(
     ] = DEMO_PLAN,
 ) -> None:
     """The embedded default: check the plan (plans/demo.yaml), run its baseline over the
-    sample, its workload side by side (managed with CRIU, unmanaged), recovery from real
-    faults, steady-state overhead and cold start, all sampled (procfs) meanwhile; then
-    utilization and the weekly report of the current week."""
+    sample; snapshot the nodes (before_install), install CRIU into the demo's own prefix and
+    opt the workload in; run it side by side (managed with CRIU, unmanaged), recovery from
+    real faults, steady-state overhead and cold start, all sampled (procfs) meanwhile;
+    uninstall (snapshot after_uninstall, diff: the exit verdict); then utilization and the
+    weekly report of the current week. Exits non-zero only when a stage fails: leftovers
+    are the verdict, printed last."""
+    from flows.cli_exit import snapshot_cmd
+    from flows.cli_install import install_cmd, opt_in_cmd
+
     if not os.environ.get(KEY_ENV):
         # The demo has no site secret: a one-off key keeps identities hidden, at the cost of
         # pseudonyms that do not link across runs. Real runs must set the key.
@@ -586,17 +592,50 @@ def demo(
     os.chdir(DEMO_PLAN.parent.parent)  # the demo plan's relative paths are repo-relative
     plan_check_cmd(plan)
     _run_baseline(plan, None, False, False, None, None)
-    _flows_ready()  # the sampler below reports to the same Prefect API
-    sampler = _start_demo_sampler(plan)
+    _flows_ready()  # the snapshots, install and sampler below report to the same Prefect API
+    # The way in: the node as it was, then the install (needs both the baseline and this).
+    snapshot_cmd(plan, phase="before_install")
     try:
-        side_by_side_cmd(plan)
-        recovery(plan)
-        overhead(plan)
-        cold_start_cmd(plan)
+        install_cmd(plan)  # a half-done install is undone by the uninstall below too
+        opt_in_cmd(plan)
+        sampler = _start_demo_sampler(plan)
+        try:
+            side_by_side_cmd(plan)
+            recovery(plan)
+            overhead(plan)
+            cold_start_cmd(plan)
+        finally:
+            _stop_demo_sampler(sampler)
     finally:
-        _stop_demo_sampler(sampler)
+        # The way out runs even when a stage failed: an install is never left behind. Before
+        # the report, so that the week's report carries the verdict.
+        verdict = _demo_uninstall(plan)
     utilization_cmd(plan)
     report_cmd(plan)
+    _print_demo_verdict(verdict)  # again, last: the report's tables push it off screen
+
+
+def _demo_uninstall(plan: Path) -> dict:
+    """`ckpt-poc uninstall` without its exit 1 on leftovers: in the demo they are the
+    finding, each named here (this runs even when an earlier stage failed)."""
+    from flows.cli_install import run_uninstall
+
+    result = run_uninstall(plan)
+    _print_demo_verdict(result, names=True)
+    return result
+
+
+def _print_demo_verdict(result: dict, names: bool = False) -> None:
+    colour = "green" if result["verdict"] == "clean" else "bold red"
+    out.rule(Text("the way out: before_install -> after_uninstall", style=colour))
+    if names:
+        for x in result["leftovers"]:
+            out.print(
+                f"  leftover: {x['node']} {x['kind']} {x['key']} ({x['change']})", markup=False
+            )
+    elif result["leftovers"]:
+        out.print("  (each leftover is named above, after the uninstall)")
+    out.print(Text(f"exit verdict: {result['verdict']}", style=colour), highlight=False)
 
 
 # Longer than the stages it watches take here (about 3 min); SIGTERM ends it when they end.
