@@ -969,6 +969,9 @@ def take_snapshot(
         data_dir=ctx.data_dir,
         poc=ctx.poc,
         run_id=ctx.run_id,
+        # One run snapshots every plan node: one file each (a second <run_id>.parquet in the
+        # same week would be refused as a rewrite).
+        part=list(plan.cluster.nodes).index(node),
         metadata=ctx.file_metadata,
     )
     return df
