@@ -1,0 +1,49 @@
+"""The decision record: one HTML and PDF document from the committed datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from flows.common import run_name
+from flows.plan_check import ensure_plan_is_valid
+from tasks.plan import Plan
+from tasks.record import build_record, record_markdown
+from tasks.runctx import make_run_context
+from tasks.runs import forget_if_empty
+
+
+@task(name="build_record", cache_policy=NO_CACHE)
+def build_record_task(plan: Plan, plan_path: str) -> dict[str, Any]:
+    ctx = make_run_context(plan, plan_path, stage="record")
+    try:
+        result = build_record(plan, ctx)
+    finally:
+        # The record writes no dataset rows: nothing to commit, only the live marker to drop.
+        forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)
+    return {"poc": ctx.poc, "run_id": ctx.run_id, **result}
+
+
+@flow(name="record", flow_run_name=run_name("decision record"))
+def record(plan_path: str) -> dict[str, Any]:
+    """Every committed dataset → the decision record: the measures against the plan with
+    their method, the six mistakes as gates, the baseline, the way out, change points, gaps
+    and lineage (``<data_dir>/<poc>/record/decision-record.html`` and ``.pdf``)."""
+    plan = ensure_plan_is_valid(plan_path)
+    result = build_record_task(plan, plan_path)
+    create_markdown_artifact(
+        key="decision-record",
+        markdown=record_markdown(result),
+        description=f"Decision record, data to {result['week']}",
+    )
+    create_link_artifact(
+        key="decision-record-html",
+        link=Path(result["html"]).resolve().as_uri(),
+        link_text="decision record (HTML, on the worker's disk; the PDF is beside it)",
+        description="The decision record",
+    )
+    return result

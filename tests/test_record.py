@@ -1,0 +1,319 @@
+"""The decision record from constructed datasets on disk: sections, numbers, HTML and PDF."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from tasks.datasets import (
+    EXIT_DIFF,
+    EXIT_VERDICTS,
+    EXPOSURE,
+    GATES,
+    SAMPLE_GAPS,
+    TRIALS,
+    UTILIZATION,
+    DatasetSpec,
+    write_dataset,
+)
+from tasks.plan import Plan
+from tasks.record import SECTIONS, VERDICT_MEASURES, build_record
+from tasks.runctx import RunContext
+from tasks.runs import commit_run
+from tests.test_weekly import (
+    EVIL,
+    W1,
+    W2,
+    at,
+    exposure_rows,
+    fp,
+    frame,
+    make_plan,
+    trial,
+    util,
+)
+
+POC = "demo"
+
+
+def write(rows: list[dict[str, Any]], spec: DatasetSpec, data_dir: Path, run_id: str) -> None:
+    df = frame([{**r, "run_id": run_id} for r in rows], spec)
+    write_dataset(df, spec, data_dir=data_dir, poc=POC, run_id=run_id)
+
+
+def gate(name: str, expectation: str, success: bool, run_id: str) -> dict[str, Any]:
+    return {
+        "poc": POC,
+        "run_id": run_id,
+        "gate": name,
+        "dataset": "trials",
+        "expectation": expectation,
+        "column": None,
+        "success": success,
+        "observed": json.dumps({"seen": 1}),
+        "checked_at": at(W1, 30),
+        **fp(),
+    }
+
+
+def build_poc(data_dir: Path, *, short_repeats: bool = True) -> None:
+    """Two weeks of a PoC: recovery, overhead, cold start and checkpoint trials, a baseline,
+    utilization, gates (one repeats check failed when ``short_repeats``), a gap and an exit
+    diff with one leftover; every run committed."""
+    runs: dict[str, list[tuple[list[dict[str, Any]], DatasetSpec]]] = {}
+    rec = [
+        trial("recovery", a, w, recovery_s=v, fault="sigkill", work_lost_gpu_h=lost, steps_lost=3)
+        for w in (W1, W2)
+        for a, vals, lost in (
+            ("managed", (2.0, 3.0, 4.0), 0.002),
+            ("unmanaged", (20.0, 30.0, 40.0), 0.05),
+        )
+        for v in vals
+    ]
+    for t in rec:
+        t.update(detection_s=0.5, work_lost_s=100.0, clock="fault_injected→serving_again")
+    runs["rec-1"] = [(rec, TRIALS)]
+    oh = []
+    for pair, m in enumerate((101.0, 102.0, 103.0, 104.0)):
+        oh.append(trial("overhead", "managed", W1, variant="steady", pair=pair, run_s=m))
+        oh.append(trial("overhead", "unmanaged", W1, variant="steady", pair=pair, run_s=100.0))
+    runs["oh-1"] = [(oh, TRIALS)]
+    cs = [trial("cold_start", "unmanaged", W2, ready_s=v) for v in (3.0, 3.2, 3.4)]
+    cs += [
+        trial("cold_start", "managed", W2, ready_s=v, checkpoint_bytes=2_000_000_000)
+        for v in (1.0, 1.1, 1.5)
+    ]
+    runs["cs-1"] = [(cs, TRIALS)]
+    ck = [trial("checkpoint", "managed", W1, dump_s=d, freeze_s=d / 2) for d in (1.0, 2.0, 3.0)]
+    runs["ck-1"] = [(ck, TRIALS)]
+    cands = [
+        {
+            **exposure_rows()[0],
+            "kind": "candidate",
+            "state": None,
+            "workload": EVIL,
+            "rank": 1,
+            "exposed_gpu_hours": 12.5,
+            "chains": 2,
+        }
+    ]
+    runs["base-1"] = [(exposure_rows() + cands, EXPOSURE)]
+    runs["util-1"] = [
+        (
+            [util(w, "managed", 9.0) for w in (W1, W2)]
+            + [util(w, "unmanaged", 7.5) for w in (W1, W2)],
+            UTILIZATION,
+        )
+    ]
+    g = [gate("recovery", "same_clock_both_arms", True, "rec-1")]
+    g += [gate("recovery", "real_fault_and_measured_serving_again", True, "rec-1")]
+    g += [
+        gate("recovery", f"repeats[sigkill,{a}]", True, "rec-1") for a in ("managed", "unmanaged")
+    ]
+    g += [gate("recovery", "arms_differ_only_in_managed[fp_driver]", True, "rec-1")]
+    g += [gate("cold_start", "repeats[managed]", not short_repeats, "cs-1")]
+    runs["gates-1"] = [(g, GATES)]
+    gap = {
+        "poc": POC,
+        "node": "node-a",
+        "source": "procfs",
+        "entity": None,
+        "metric": None,
+        "t_from": at(W2, 5),
+        "t_to": at(W2, 6),
+        "gap_s": 3600.0,
+        "reason": EVIL,
+        "detected_by": "next_run",
+        **fp(),
+    }
+    runs["samp-1"] = [([gap], SAMPLE_GAPS)]
+    verdict = {
+        "poc": POC,
+        "node": "node-a",
+        "from_phase": "before_install",
+        "to_phase": "after_uninstall",
+        "verdict": "leftovers",
+        "leftovers": 1,
+        "items_compared": 42,
+        "diffed_at": at(W2, 40),
+        **fp(),
+    }
+    diff = {
+        "poc": POC,
+        "node": "node-a",
+        "from_phase": "before_install",
+        "to_phase": "after_uninstall",
+        "kind": "files",
+        "key": "/etc/criu/default.conf",
+        "change": "added",
+        "before": None,
+        "after": "sha256:1",
+        "diffed_at": at(W2, 40),
+        **fp(),
+    }
+    runs["exit-1"] = [([verdict], EXIT_VERDICTS), ([diff], EXIT_DIFF)]
+    for run_id, parts in runs.items():
+        for rows, spec in parts:
+            write(rows, spec, data_dir, run_id)
+        commit_run(data_dir, POC, run_id, "test", "complete")
+
+
+def context(plan: Plan, data_dir: Path) -> RunContext:
+    return RunContext(
+        poc=plan.poc,
+        run_id="record-1",
+        plan_path="plan.yaml",
+        plan_hash="h",
+        git_sha="g",
+        data_dir=data_dir,
+        started_at=pd.Timestamp(at(W2)).to_pydatetime(),
+        fingerprint=fp(),
+        stage="record",
+    )
+
+
+def numbers(text: str) -> list[str]:
+    """Every number in a cell, as printed (−, +, decimals kept)."""
+    return re.findall(r"[+−-]?\d+(?:\.\d+)?", text)
+
+
+def pdf_pages(path: Path, out: Path) -> tuple[int, str]:
+    """Render each page to PNG (as a reader sees it) and extract the text."""
+    import pypdfium2 as pdfium
+
+    pdf = pdfium.PdfDocument(str(path))
+    texts = []
+    for i, page in enumerate(pdf):
+        image = page.render(scale=1).to_pil()
+        png = out / f"page-{i + 1}.png"
+        image.save(png)
+        assert png.stat().st_size > 1000
+        assert image.convert("L").getextrema()[0] < 128, f"page {i + 1} is blank"
+        texts.append(page.get_textpage().get_text_range())
+    return len(pdf), "\n".join(texts)
+
+
+@pytest.fixture(scope="module")
+def record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    data_dir = tmp_path_factory.mktemp("data")
+    build_poc(data_dir)
+    plan = make_plan(poc=POC, data_dir=str(data_dir))
+    result = build_record(plan, context(plan, data_dir), n_resamples=200)
+    return {**result, "data_dir": data_dir, "plan": plan}
+
+
+def test_paths_verdicts_gates_exit(record: dict[str, Any]) -> None:
+    root = record["data_dir"] / POC / "record"
+    assert record["html"] == str(root / "decision-record.html")
+    assert record["pdf"] == str(root / "decision-record.pdf")
+    assert not list(root.glob(".*.tmp"))
+    assert set(record["verdicts"]) == set(VERDICT_MEASURES)
+    assert set(record["verdicts"].values()) <= {"met", "not met", "undecided", "no data"}
+    # Recovery: managed median 3 s against the demo plan's threshold; goodput gain 0.15.
+    assert record["verdicts"]["recovery_s"] in ("met", "not met")
+    assert record["verdicts"]["goodput_gain"] != "no data"
+    gates = record["gates"]
+    assert list(gates) == [
+        "no_baseline",
+        "different_clocks",
+        "synthetic_workload",
+        "no_real_interruption",
+        "one_run_per_configuration",
+        "two_changes_at_once",
+    ]
+    assert gates["no_baseline"]["passed"], gates["no_baseline"]
+    assert gates["different_clocks"]["passed"], gates["different_clocks"]
+    assert gates["no_real_interruption"]["passed"], gates["no_real_interruption"]
+    assert gates["two_changes_at_once"]["passed"]
+    # The failed cold-start repeats check fails mistake 5, and says which check.
+    assert not gates["one_run_per_configuration"]["passed"]
+    assert "cold_start/repeats[managed]" in gates["one_run_per_configuration"]["reason"]
+    assert record["exit"] == "leftovers: 1"
+
+
+def test_html_sections_numbers_lineage_escaped(record: dict[str, Any]) -> None:
+    page = Path(record["html"]).read_text(encoding="utf-8")
+    for section in SECTIONS:
+        assert f"<h2>{html.escape(section)}</h2>" in page, section
+    assert EVIL not in page and html.escape(EVIL) in page
+    for cells in record["table"]:
+        for cell in cells:
+            assert html.escape(cell) in page, cell
+    # Method from the rows: the fault, the clock, the checkpoint size, the versions.
+    assert "sigkill" in page and "fault_injected→serving_again" in page
+    assert "2000.0 MB" in page and "criu 4.0" in page and "CUDA 12.4" in page
+    # Lineage: every run and its parquet files.
+    for run_id in ("rec-1", "oh-1", "cs-1", "ck-1", "util-1", "exit-1", "base-1"):
+        assert run_id in page
+    trial_files = sorted((record["data_dir"] / POC / "trials").glob("week=*/rec-1.parquet"))
+    assert trial_files and all(str(f) in page for f in trial_files)
+    assert "/etc/criu/default.conf" in page  # the leftover itself
+
+
+def test_pdf_pages_sections_and_no_number_missing(record: dict[str, Any], tmp_path: Path) -> None:
+    pages, text = pdf_pages(Path(record["pdf"]), tmp_path)
+    assert pages >= 3
+    flat = " ".join(text.split())
+    for section in SECTIONS:
+        assert section in flat, section
+    html_text = html.unescape(Path(record["html"]).read_text(encoding="utf-8"))
+    assert not missing_numbers(record["table"], flat)
+    assert not missing_numbers(record["table"], html_text)
+    assert len(record["table"]) >= 15
+
+
+def missing_numbers(table: list[list[str]], text: str) -> list[tuple[str, str]]:
+    """(measure, number) for every number of the verdict table (n, weeks, value, CI,
+    threshold) that ``text`` lacks."""
+    return [
+        (row[0], n) for row in table for cell in row[3:8] for n in numbers(cell) if n not in text
+    ]
+
+
+def test_number_check_can_fail(record: dict[str, Any], tmp_path: Path) -> None:
+    """The comparison finds a number taken out of the PDF's text."""
+    _, text = pdf_pages(Path(record["pdf"]), tmp_path)
+    flat = " ".join(text.split())
+    value = record["table"][0][5]  # the managed recovery time, e.g. "3.00 s"
+    assert numbers(value)[0] in flat
+    gone = missing_numbers(record["table"], flat.replace(numbers(value)[0], "?"))
+    assert (record["table"][0][0], numbers(value)[0]) in gone
+    assert numbers("1.23 … −4.5 %") == ["1.23", "−4.5"]
+
+
+def test_no_data_record(tmp_path: Path) -> None:
+    plan = make_plan(poc=POC, data_dir=str(tmp_path))
+    result = build_record(plan, context(plan, tmp_path), n_resamples=100)
+    assert set(result["verdicts"].values()) == {"no data"}
+    assert result["exit"] == "not tried"
+    assert not any(g["passed"] for k, g in result["gates"].items() if k != "synthetic_workload")
+    assert Path(result["pdf"]).read_bytes().startswith(b"%PDF")
+
+
+def test_cli_json_prints_exactly_the_record_keys(
+    record: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import flows.cli
+    import flows.record
+    from flows.cli_record import register
+
+    monkeypatch.setattr(flows.cli, "_flows_ready", lambda: None)
+    monkeypatch.setattr(
+        flows.record, "record", lambda plan_path: {**record, "run_id": "r", "poc": POC}
+    )
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a single-command app would take no command name
+    res = CliRunner().invoke(app, ["record", "plan.yaml", "--json"])
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout)
+    assert list(printed) == ["html", "pdf", "verdicts", "gates", "exit"]
+    assert printed["exit"] == "leftovers: 1"
