@@ -288,9 +288,11 @@ class LogProgressProbe:
         poller.register(wake_fd, select.POLLIN)
         self._arm(ino)
         while not self._stop.is_set():
-            self.poll()
+            # Watch first, then read: a line appended between the read and a watch added
+            # after it would raise no event and wait for the safety read (seen: 500 ms).
             if not self._armed:
                 self._arm(ino)
+            self.poll()
             # Unarmed (no directory yet, watch refused): poll as fast as poll mode would.
             timeout_ms = (self._safety_s if self._armed else self._poll_s) * 1000
             while not self._stop.is_set():
