@@ -1,0 +1,259 @@
+"""Where the PoC stands (tasks/progress.py) from committed datasets, and the `poc` flow
+(flows/poc.py) run from the terminal: stages in order, done ones skipped, refused gates."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from tasks.datasets import DATASETS, DatasetSpec, write_dataset
+from tasks.plan import Plan, load_plan
+from tasks.progress import STAGES, GateRefused, next_stage, poc_state
+from tasks.runs import commit_run, committed_runs
+from tests.conftest import REPO
+
+NOW = dt.datetime(2026, 12, 1, 12, tzinfo=dt.UTC)
+
+
+def _row(spec: DatasetSpec, **values: Any) -> dict[str, Any]:
+    """A row of every column: required ones filled (its first allowed value, or a plain one)."""
+    row: dict[str, Any] = {}
+    for c in spec.columns:
+        if c.nullable:
+            row[c.name] = None
+            continue
+        t = str(c.type)
+        if c.allowed:
+            row[c.name] = c.allowed[0]
+        elif t.startswith("timestamp"):
+            row[c.name] = NOW
+        elif t == "bool":
+            row[c.name] = False
+        elif t.startswith("int"):
+            row[c.name] = 1
+        elif t == "double":
+            row[c.name] = 1.0
+        else:
+            row[c.name] = "x"
+    return {**row, **values}
+
+
+def _commit(
+    plan: Plan,
+    stage: str,
+    rows: dict[str, list[dict[str, Any]]] | None = None,
+    outcome: str = "complete",
+) -> str:
+    """One committed run of ``stage`` with ``rows`` written the way every stage writes them."""
+    run_id = f"{stage}-{uuid.uuid4().hex[:8]}"
+    for name, dicts in (rows or {}).items():
+        spec = DATASETS[name]
+        frame = pd.DataFrame([_row(spec, poc=plan.poc, run_id=run_id, **d) for d in dicts])
+        write_dataset(frame, spec, data_dir=plan.data_dir, poc=plan.poc, run_id=run_id)
+    commit_run(plan.data_dir, plan.poc, run_id, stage, outcome)
+    return run_id
+
+
+def _snapshot(node: str) -> dict[str, list[dict[str, Any]]]:
+    return {"snapshots": [{"node": node, "phase": "before_install", "kind": "files", "key": "/a"}]}
+
+
+def _trials(measure: str, **arms: str) -> dict[str, list[dict[str, Any]]]:
+    return {"trials": [{"measure": measure, "arm": a, "status": s} for a, s in arms.items()]}
+
+
+@pytest.fixture
+def plan(write_plan) -> Plan:
+    return load_plan(write_plan(), check_cluster=False)  # nodes local-a, local-b
+
+
+def _status(plan: Plan) -> dict[str, tuple[str, str | None]]:
+    state = poc_state(plan, plan.data_dir)
+    return {s: (e["status"], e["why"]) for s, e in state["stages"].items()}
+
+
+def test_a_new_poc_is_due_for_its_baseline_and_blocked_after_it(plan: Plan) -> None:
+    st = _status(plan)
+    assert list(st) == list(STAGES)
+    assert st["plan_check"] == ("done", None)
+    assert st["baseline"] == ("due", "no committed baseline")
+    assert st["before_install"] == ("blocked", "no committed baseline")
+    status, why = st["install"]
+    assert status == "blocked"
+    assert "no committed baseline" in why
+    assert "no before_install snapshot of node local-a" in why
+    assert "no before_install snapshot of node local-b" in why
+    assert st["record"][0] == "blocked"
+
+
+def test_a_refused_baseline_does_not_count(plan: Plan) -> None:
+    _commit(plan, "baseline", outcome="refused: gate 'jobs_valid' failed")
+    status, why = _status(plan)["baseline"]
+    assert status == "due"
+    assert "no committed baseline" in why and "jobs_valid" in why
+
+
+def test_install_waits_for_the_before_snapshot_of_every_node(plan: Plan) -> None:
+    _commit(plan, "baseline")
+    _commit(plan, "snapshot", _snapshot("local-a"))
+    st = _status(plan)
+    assert st["baseline"][0] == "done"
+    assert st["before_install"] == ("due", "no before_install snapshot of node local-b")
+    assert st["install"] == ("blocked", "no before_install snapshot of node local-b")
+    # A partial snapshot is no before snapshot.
+    _commit(
+        plan, "snapshot", {"snapshots": [{**_snapshot("local-b")["snapshots"][0], "partial": True}]}
+    )
+    assert "before_install snapshot of node local-b is partial" in _status(plan)["install"][1]
+    # A later whole snapshot is the one that counts (the newest, by taken_at).
+    whole = {**_snapshot("local-b")["snapshots"][0], "taken_at": NOW + dt.timedelta(hours=1)}
+    _commit(plan, "snapshot", {"snapshots": [whole]})
+    st = _status(plan)
+    assert st["before_install"][0] == "done"
+    assert st["install"] == ("due", "not installed (no committed install)")
+    assert st["opt_in"] == ("blocked", "not installed (no committed install)")
+
+
+def _installed(plan: Plan) -> None:
+    _commit(plan, "baseline")
+    _commit(
+        plan,
+        "snapshot",
+        {"snapshots": _snapshot("local-a")["snapshots"] + _snapshot("local-b")["snapshots"]},
+    )
+    _commit(plan, "install")
+    _commit(plan, "opt_in")
+
+
+def test_no_comparison_without_ok_trials_on_both_arms(plan: Plan) -> None:
+    _installed(plan)
+    _commit(plan, "recovery", _trials("recovery", managed="ok", unmanaged="failed"))
+    st = _status(plan)
+    msg = "recovery has no ok trials on the unmanaged arm"
+    assert st["recovery"] == ("due", msg)
+    assert st["overhead"] == ("blocked", msg)
+    # Trials of a run a gate refused are not counted.
+    _commit(
+        plan, "recovery", _trials("recovery", unmanaged="ok"), outcome="refused: gate 'g' failed"
+    )
+    assert _status(plan)["recovery"] == ("due", msg)
+    _commit(plan, "recovery", _trials("recovery", unmanaged="ok"))
+    st = _status(plan)
+    assert st["recovery"][0] == "done"
+    assert st["overhead"] == ("due", "no committed overhead run")
+    # The way out waits for the comparisons; the record for the exit diff.
+    assert st["uninstall"] == ("blocked", "no committed cold_start run")
+    _commit(plan, "uninstall")
+    st = _status(plan)
+    assert st["uninstall"][0] == "done"
+    assert st["exit_diff"] == ("due", "no exit diff after the uninstall")
+    assert "no exit diff after the uninstall" in st["record"][1]
+
+
+def test_window_weeks_gaps_and_failed_gates(plan: Plan) -> None:
+    _installed(plan)
+    week2 = NOW + dt.timedelta(days=7)
+    sample = {"t_from": NOW, "t_to": NOW}
+    _commit(plan, "sample_window", {"samples": [sample, {"t_from": week2, "t_to": week2}]})
+    gap = {"t_from": NOW, "t_to": NOW, "gap_s": 30.0, "reason": "sampler down"}
+    _commit(plan, "sample_window", {"sample_gaps": [gap, {**gap, "gap_s": 12.5}]})
+    gate = {"gate": "samples_valid", "dataset": "samples", "expectation": "e"}
+    _commit(plan, "sample_window", {"gates": [{**gate, "success": False}]})
+    state = poc_state(plan, plan.data_dir)
+    assert state["weeks_sampled"] == 2
+    assert state["gap_s"] == pytest.approx(42.5)
+    assert state["stages"]["window"] == {"status": "due", "why": "window: 2 of 4 week(s) sampled"}
+    assert state["stages"]["weekly_report"]["status"] == "blocked"
+    assert [g["gate"] for g in state["failed_gates"]] == ["samples_valid"]
+    # A later passing check of the same gate clears it.
+    later = NOW + dt.timedelta(hours=1)
+    _commit(plan, "sample_window", {"gates": [{**gate, "success": True, "checked_at": later}]})
+    assert poc_state(plan, plan.data_dir)["failed_gates"] == []
+    # No PREFECT_API_URL: the scheduled runs are skipped, saying so.
+    if not os.environ.get("PREFECT_API_URL"):
+        assert poc_state(plan, plan.data_dir)["scheduled"]["available"] is False
+
+
+def test_the_next_stage_is_refused_at_a_gate_with_its_own_message(plan: Plan) -> None:
+    _installed(plan)
+    _commit(plan, "recovery", _trials("recovery", managed="ok", unmanaged="failed"))
+    state = poc_state(plan, plan.data_dir)
+    assert next_stage(state, "opt_in", []) is None  # everything up to opt_in is done
+    assert next_stage(state, "overhead", []) == "recovery"
+    # It ran in this run and still is not done: refused, never run again.
+    with pytest.raises(GateRefused, match="recovery ran but is not done: recovery has no ok"):
+        next_stage(state, "overhead", ["recovery"])
+    # A blocked stage first in line (install undone by hand here) is refused with why.
+    state["stages"]["install"] = {"status": "blocked", "why": "no committed baseline"}
+    with pytest.raises(GateRefused, match="install refused: no committed baseline"):
+        next_stage(state, "overhead", [])
+
+
+# --- the flow, from the terminal ------------------------------------------------------------
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    """No Prefect server configured: the command starts its own, with a private home."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    return {**env, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+
+
+def _poc(plan: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli_poc", "poc", str(plan), *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_poc_runs_stages_in_order_and_a_rerun_skips_what_is_done(write_plan, tmp_path) -> None:
+    path = write_plan({"cluster.nodes": ["local-a"]})  # one node: one snapshot (~5-10 s)
+    plan = load_plan(path, check_cluster=False)
+    env = _env(tmp_path)
+
+    first = _poc(path, "--until", "baseline", "--json", env=env)
+    assert first.returncode == 0, first.stderr[-3000:]
+    result = json.loads(first.stdout.strip().splitlines()[-1])
+    assert result["ran"] == ["plan_check", "baseline"]
+    assert result["stopped"] == "after baseline"
+    assert result["state"]["stages"]["before_install"]["status"] == "due"
+    assert [r["stage"] for r in committed_runs(plan.data_dir, plan.poc).values()] == ["baseline"]
+
+    second = _poc(path, "--until", "opt_in", "--json", env=env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    result = json.loads(second.stdout.strip().splitlines()[-1])
+    assert result["skipped"] == ["baseline"]
+    assert result["ran"] == ["plan_check", "before_install", "install", "opt_in"]
+    assert result["state"]["stages"]["opt_in"]["status"] == "done"
+    assert result["state"]["stages"]["recovery"] == {
+        "status": "due",
+        "why": "no committed recovery run",
+    }
+    runs = committed_runs(plan.data_dir, plan.poc)
+
+    third = _poc(path, "--until", "opt_in", env=env)
+    assert third.returncode == 0, third.stderr[-3000:]
+    assert "ran: plan_check; skipped (done): baseline, before_install, install, opt_in" in (
+        third.stdout
+    )
+    assert committed_runs(plan.data_dir, plan.poc) == runs  # nothing ran again
+
+
+def test_an_invalid_plan_stops_poc_with_the_plans_own_problems(write_plan, tmp_path) -> None:
+    path = write_plan({"repeats": 0})
+    result = _poc(path, env=_env(tmp_path))
+    assert result.returncode == 1
+    assert "repeats" in result.stderr
+    assert not (tmp_path / "data").exists()  # nothing ran
