@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -317,3 +318,43 @@ def test_cli_json_prints_exactly_the_record_keys(
     printed = json.loads(res.stdout)
     assert list(printed) == ["html", "pdf", "verdicts", "gates", "exit"]
     assert printed["exit"] == "leftovers: 1"
+
+
+def test_record_flow_on_a_prefect_server(prefect_stack: Any, write_plan: Any) -> None:
+    """The flow on a real Prefect server: the files, the verdicts first in the markdown
+    artifact, and a link artifact to the HTML, both on the flow run."""
+    import subprocess
+    import sys
+
+    plan_path = write_plan()
+    data_dir = plan_path.parent / "data"
+    build_poc(data_dir)
+    code = (
+        "import json, sys; from flows.record import record; "
+        "r = record(sys.argv[1]); print(json.dumps({k: r[k] for k in ('run_id', 'html', 'pdf')}))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(plan_path)],
+        cwd=Path(__file__).resolve().parent.parent,
+        env={**os.environ, "PREFECT_API_URL": prefect_stack.api_url},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["html"] == str(data_dir / POC / "record" / "decision-record.html")
+    assert Path(out["html"]).is_file() and Path(out["pdf"]).is_file()
+    run = prefect_stack.flow_run(out["run_id"])
+    assert run["state"]["type"] == "COMPLETED"
+    (md,) = prefect_stack.artifacts(out["run_id"], key="decision-record")
+    assert md["type"] == "markdown" and md["task_run_id"] is None
+    body = md["data"]
+    assert body.index("## Verdicts") < body.index("## The six mistakes")
+    assert "recovery time: **met**" in body
+    (link,) = prefect_stack.artifacts(out["run_id"], key="decision-record-html")
+    # Prefect keeps a link artifact as markdown "[text](file:///…/decision-record.html)".
+    assert link["task_run_id"] is None
+    assert Path(out["html"]).resolve().as_uri() in link["data"]
+    # The record writes no dataset rows and leaves no live marker behind.
+    assert not list((data_dir / POC / "_live").glob("*.json"))
