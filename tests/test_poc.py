@@ -17,7 +17,7 @@ import pytest
 
 from tasks.datasets import DATASETS, DatasetSpec, write_dataset
 from tasks.plan import Plan, load_plan
-from tasks.progress import STAGES, GateRefused, next_stage, poc_state
+from tasks.progress import STAGES, WINDOW_DEPLOYMENTS, GateRefused, next_stage, poc_state
 from tasks.runs import commit_run, committed_runs
 from tests.conftest import REPO
 
@@ -249,6 +249,18 @@ def test_poc_runs_stages_in_order_and_a_rerun_skips_what_is_done(write_plan, tmp
         third.stdout
     )
     assert committed_runs(plan.data_dir, plan.poc) == runs  # nothing ran again
+
+    # The comparisons done (planted here: they take minutes): next is the window, which is
+    # never run inline. This command's own Prefect server has no window deployments: said.
+    for measure in ("recovery", "overhead", "cold_start"):
+        _commit(plan, measure, _trials(measure, managed="ok", unmanaged="ok"))
+    fourth = _poc(path, "--until", "record", "--json", env=env)
+    assert fourth.returncode == 0, fourth.stderr[-3000:]
+    result = json.loads(fourth.stdout.strip().splitlines()[-1])
+    assert result["ran"] == ["plan_check"]
+    assert result["stopped"] == "window"
+    assert result["window"]["missing"] == list(WINDOW_DEPLOYMENTS)
+    assert "could not switch on the window's schedules" in fourth.stderr + fourth.stdout
 
 
 def test_an_invalid_plan_stops_poc_with_the_plans_own_problems(write_plan, tmp_path) -> None:
