@@ -394,12 +394,19 @@ def six_mistakes(
 # --- sections ----------------------------------------------------------------------------------
 
 
+def _version_of(fp_versions: Any, package: str) -> str:
+    """The package's version from an fp_versions JSON object ('none' when not there)."""
+    try:
+        versions = json.loads(fp_versions)
+    except (TypeError, ValueError):
+        return "none"
+    return str(versions.get(package, "none")) if isinstance(versions, dict) else "none"
+
+
 def _hardware(rows: pd.DataFrame, checkpointer: str) -> str:
     if rows.empty:
         return "no rows"
-    versions = _distinct(
-        rows["fp_versions"].map(lambda v: json.loads(v).get(checkpointer, "none") if v else "none")
-    )
+    versions = _distinct(rows["fp_versions"].map(lambda v: _version_of(v, checkpointer)))
     mem = _distinct(rows["fp_mem_bytes"].map(lambda b: f"{int(b) / 2**30:.1f} GiB"))
 
     def j(col: str) -> str:

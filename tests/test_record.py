@@ -358,3 +358,12 @@ def test_record_flow_on_a_prefect_server(prefect_stack: Any, write_plan: Any) ->
     assert Path(out["html"]).resolve().as_uri() in link["data"]
     # The record writes no dataset rows and leaves no live marker behind.
     assert not list((data_dir / POC / "_live").glob("*.json"))
+
+
+def test_checkpointer_version_from_fingerprint() -> None:
+    from tasks.record import _version_of
+
+    assert _version_of(json.dumps({"criu": "4.1"}), "criu") == "4.1"
+    assert _version_of("none", "criu") == "none"  # fingerprint.NONE, not JSON
+    assert _version_of(None, "criu") == "none"
+    assert _version_of(json.dumps({"prefect": "3"}), "criu") == "none"
