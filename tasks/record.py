@@ -504,6 +504,36 @@ def _table_rows(recs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     ]
 
 
+# Measures with a row per arm, shown as one line: (managed measure, unmanaged measure, title).
+PAIRED = (
+    ("recovery_s", "recovery_s", "recovery time"),
+    ("work_lost_gpu_h", "work_lost_gpu_h", "work lost per interruption"),
+    ("goodput", "goodput", "goodput"),
+    ("utilization", "utilization", "busy fraction"),
+    ("cold_start_restore_s", "cold_start_native_s", "cold start (restore vs native)"),
+)
+
+
+def side_by_side(recs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The per-arm rows paired: managed beside unmanaged, each with its CI."""
+    by_key = {(r["measure"], r["arm"]): r for r in recs}
+
+    def cell(r: Mapping[str, Any] | None) -> str:
+        if r is None:
+            return "—"
+        ci = _ci(r)
+        return _fmt(r["value"], r["unit"]) + (f" ({ci})" if ci else "")
+
+    out = []
+    for m_measure, u_measure, title in PAIRED:
+        m, u = by_key.get((m_measure, "managed")), by_key.get((u_measure, "unmanaged"))
+        if m is None and u is None:
+            continue
+        n = f"{int(m['n']) if m else 0} / {int(u['n']) if u else 0}"
+        out.append([title, cell(m), cell(u), n])
+    return out
+
+
 def _exit_state(verdicts: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     if verdicts.empty:
         return "not tried", verdicts
@@ -580,6 +610,11 @@ def build_document(
         "Each figure's method follows the table; its runs and files are under Lineage."
     )
     d.table(VERDICT_HEADS, _table_rows(recs), [r["verdict"].replace(" ", "-") for r in recs])
+    d.h(3, "Side by side")
+    d.table(
+        ["measure", "managed (95% CI)", "unmanaged (95% CI)", "n managed / unmanaged"],
+        side_by_side(recs),
+    )
     for r in recs:
         note = f" Note: {r['note']}" if r.get("note") else ""
         d.p(f"{TITLES_HERE.get(r['measure'], r['measure'])} ({r['arm']}): {r['method']}.{note}")

@@ -248,6 +248,13 @@ def test_html_sections_numbers_lineage_escaped(record: dict[str, Any]) -> None:
     for cells in record["table"]:
         for cell in cells:
             assert html.escape(cell) in page, cell
+    # Both arms on one line: recovery 3.00 s (managed) beside 30.0 s (unmanaged).
+    assert "<h3>Side by side</h3>" in page
+    assert re.search(
+        r"<td>recovery time</td><td>3\.00 s \(2\.00 s … 4\.00 s\)</td>"
+        r"<td>30\.0 s \(20\.0 s … 40\.0 s\)</td><td>6 / 6</td>",
+        page,
+    )
     # Method from the rows: the fault, the clock, the checkpoint size, the versions.
     assert "sigkill" in page and "fault_injected→serving_again" in page
     assert "2000.0 MB" in page and "criu 4.0" in page and "CUDA 12.4" in page
