@@ -31,9 +31,12 @@ from tasks.progress import (
 RECORD_FLOW = Path(__file__).resolve().parent / "record.py"
 
 
-def activate_window(deployments: tuple[str, ...] = WINDOW_DEPLOYMENTS) -> dict[str, Any]:
-    """Switch on every schedule of the window deployments on the current Prefect API.
-    Returns what was switched on, or why it could not be (no such deployment there)."""
+def activate_window(
+    deployments: tuple[str, ...] = WINDOW_DEPLOYMENTS, active: bool = True
+) -> dict[str, Any]:
+    """Switch on (``active``; off: False) every schedule of the window deployments on the
+    current Prefect API. Returns the schedules per deployment, and the deployments missing
+    there."""
     from prefect.client.orchestration import get_client
 
     activated: dict[str, int] = {}
@@ -47,8 +50,8 @@ def activate_window(deployments: tuple[str, ...] = WINDOW_DEPLOYMENTS) -> dict[s
                 continue
             schedules = client.read_deployment_schedules(dep.id)
             for s in schedules:
-                if not s.active:
-                    client.update_deployment_schedule(dep.id, s.id, active=True)
+                if s.active != active:
+                    client.update_deployment_schedule(dep.id, s.id, active=active)
             activated[name] = len(schedules)
     return {"activated": activated, "missing": missing}
 

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -269,3 +270,62 @@ def test_an_invalid_plan_stops_poc_with_the_plans_own_problems(write_plan, tmp_p
     assert result.returncode == 1
     assert "repeats" in result.stderr
     assert not (tmp_path / "data").exists()  # nothing ran
+
+
+@pytest.fixture
+def stack_api(prefect_stack, monkeypatch):
+    """PREFECT_API_URL of the session's stack, in the environment and in Prefect's settings
+    (Prefect read the environment once, when it was imported)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.setenv("PREFECT_API_URL", prefect_stack.api_url)
+    with temporary_settings({PREFECT_API_URL: prefect_stack.api_url}):
+        yield prefect_stack
+
+
+def test_the_window_deployments_schedules_are_switched_on_and_their_next_runs_read(
+    stack_api, prefect_stack
+) -> None:
+    """On a real server with prefect.yaml's deployments (the demo plan deploys the window's
+    schedules inactive): poc's activation switches them on, status reads the next runs."""
+    from flows.poc import activate_window
+    from tasks.progress import next_scheduled_runs
+
+    def actives() -> dict[str, list[bool]]:
+        return {
+            name: [s["active"] for s in prefect_stack.deployment(*name.split("/"))["schedules"]]
+            for name in WINDOW_DEPLOYMENTS
+        }
+
+    assert all(v and not any(v) for v in actives().values()), actives()
+    try:
+        out = activate_window()
+        assert out["missing"] == []
+        assert all(v and all(v) for v in actives().values()), actives()
+        deadline = time.monotonic() + 60  # the scheduler makes the runs every 5 s here
+        sched = next_scheduled_runs()
+        while time.monotonic() < deadline and not sched.get("runs", {}).get(
+            "sample_window/sample_window"
+        ):
+            time.sleep(2)
+            sched = next_scheduled_runs()
+        assert sched["available"] is True, sched
+        assert sched["runs"]["sample_window/sample_window"], sched
+    finally:
+        activate_window(active=False)
+        # The session's other tests must not meet hourly sampler runs made meanwhile.
+        for name in WINDOW_DEPLOYMENTS:
+            dep = prefect_stack.deployment(*name.split("/"))
+            runs = prefect_stack.api(
+                "POST",
+                "flow_runs/filter",
+                {
+                    "flow_runs": {
+                        "deployment_id": {"any_": [dep["id"]]},
+                        "state": {"type": {"any_": ["SCHEDULED"]}},
+                    }
+                },
+            )
+            for run in runs:
+                prefect_stack.api("DELETE", f"flow_runs/{run['id']}")
+    assert all(v and not any(v) for v in actives().values()), actives()
