@@ -8,6 +8,7 @@ from what the commit records and the datasets say, so both can be run at any tim
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -70,6 +71,19 @@ def _arms_missing(trials: Any, measure: str, run_ids: set[str]) -> list[str]:
     ]
     present = set(rows["arm"].astype(str))
     return [arm for arm in ARMS if arm not in present]
+
+
+def _record_missing(data_dir: str | Path, poc: str, runs: dict[str, dict[str, Any]]) -> str | None:
+    """Why the decision record (flows/record.py: files, no commit) is not done: absent, or
+    older than the last committed run (it no longer says what the data says)."""
+    html = Path(data_dir) / poc / "record" / "decision-record.html"
+    if not html.exists():
+        return "no decision record"
+    last = max((str(r.get("committed_at", "")) for r in runs.values()), default="")
+    written = dt.datetime.fromtimestamp(html.stat().st_mtime, dt.UTC).isoformat()
+    if last and written < last:
+        return "the decision record is older than the last committed run"
+    return None
 
 
 def failed_gates(data_dir: str | Path, poc: str) -> list[dict[str, Any]]:
@@ -224,7 +238,7 @@ def poc_state(plan: Plan, data_dir: str | Path, scheduled: bool = True) -> dict[
             if good("exit_diff") and last_at("exit_diff") >= last_at("uninstall")
             else "no exit diff after the uninstall"
         ),
-        "record": lambda: None if good("record") else "no decision record",
+        "record": lambda: _record_missing(data_dir, poc, runs),
     }
     # The gate before each stage: the stage whose result it needs. The window needs only
     # the opt-in (it samples the managed workload); the way out needs the comparisons done

@@ -329,3 +329,19 @@ def test_the_window_deployments_schedules_are_switched_on_and_their_next_runs_re
             for run in runs:
                 prefect_stack.api("DELETE", f"flow_runs/{run['id']}")
     assert all(v and not any(v) for v in actives().values()), actives()
+
+
+def test_the_record_is_done_once_written_after_the_last_committed_run(plan: Plan) -> None:
+    assert _status(plan)["record"][0] == "blocked"
+    for stage in ("uninstall", "weekly_report", "exit_diff"):
+        _commit(plan, stage)
+    assert _status(plan)["record"] == ("due", "no decision record")
+    html = Path(plan.data_dir) / plan.poc / "record" / "decision-record.html"
+    html.parent.mkdir(parents=True)
+    html.write_text("<html></html>")
+    assert _status(plan)["record"] == ("done", None)
+    os.utime(html, (0, 0))  # written before the uninstall was committed: stale
+    assert _status(plan)["record"] == (
+        "due",
+        "the decision record is older than the last committed run",
+    )
