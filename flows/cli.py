@@ -518,12 +518,19 @@ def status(
 ) -> None:
     """Where the PoC's data stands: committed runs per stage, runs in progress, and what
     killed runs left (never read by any reader; `ckpt-poc clean` deletes it)."""
+    from flows.cli_poc import print_state
+    from tasks.plan import load_plan
+    from tasks.progress import poc_state
     from tasks.runs import status_summary
 
     data_dir, poc = _plan_data(plan)
     summary = status_summary(data_dir, poc)
+    # Each stage done / due / blocked with why (tasks/progress.py), beside the keys above.
+    state = poc_state(load_plan(plan, check_cluster=False), data_dir)
+    summary["stages"] = state["stages"]
+    summary["progress"] = {k: v for k, v in state.items() if k != "stages"}
     if as_json:
-        sys.stdout.write(json.dumps(summary) + "\n")
+        sys.stdout.write(json.dumps(summary, default=str) + "\n")
         return
     out.print(f"[bold]PoC {poc}[/] — data in {summary['data_dir']}", highlight=False)
     for stage, s in summary["committed"].items():
@@ -548,6 +555,7 @@ def status(
             f"  {len(summary['stale_tmp_files'])} temp file(s) of killed writes "
             "(the next run of any stage removes them)"
         )
+    print_state(state)
 
 
 @app.command()
@@ -676,12 +684,15 @@ def _stop_demo_sampler(sampler: subprocess.Popen[bytes]) -> None:
 
 
 def _register_stage_commands() -> None:
-    """Commands defined beside their flows (snapshot, exit-diff, install, opt-in, uninstall)."""
+    """Commands defined beside their flows (snapshot, exit-diff, install, opt-in, uninstall,
+    poc)."""
     from flows.cli_exit import register as register_exit
     from flows.cli_install import register as register_install
+    from flows.cli_poc import register as register_poc
 
     register_exit(app)
     register_install(app)
+    register_poc(app)
 
 
 _register_stage_commands()

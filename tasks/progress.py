@@ -14,7 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tasks.datasets import GATES, SAMPLE_GAPS, SAMPLES, TRIALS, dataset_files, read_dataset
+from tasks.datasets import (
+    GATES,
+    SAMPLE_GAPS,
+    SAMPLES,
+    SNAPSHOTS,
+    TRIALS,
+    dataset_files,
+    read_dataset,
+)
 from tasks.errors import CkptPocError
 from tasks.plan import Plan
 from tasks.runs import committed_runs
@@ -167,8 +175,6 @@ def next_scheduled_runs(limit: int = 3) -> dict[str, Any]:
 def poc_state(plan: Plan, data_dir: str | Path, scheduled: bool = True) -> dict[str, Any]:
     """Each stage done / due / blocked (with why), weeks sampled, gap seconds, failed gates
     and (``scheduled``, when an API is configured) the window's next scheduled runs."""
-    from tasks.snapshots import latest_snapshot
-
     poc = plan.poc
     runs = committed_runs(data_dir, poc)
     trials = read_dataset(
@@ -181,12 +187,23 @@ def poc_state(plan: Plan, data_dir: str | Path, scheduled: bool = True) -> dict[
         return _good_runs(runs, stage)
 
     def missing_before_install() -> list[str]:
+        # As tasks.snapshots.latest_snapshot picks it (the newest run's per node), but read
+        # once, five columns: status answers in well under two seconds.
+        snaps = read_dataset(
+            SNAPSHOTS,
+            data_dir=data_dir,
+            poc=poc,
+            columns=["run_id", "node", "phase", "partial", "taken_at"],
+        )
+        snaps = snaps[snaps["phase"] == "before_install"]
         out = []
         for node in plan.cluster.nodes:
-            snap = latest_snapshot(data_dir, poc, node, "before_install")
-            if snap is None:
+            rows = snaps[snaps["node"] == node]
+            if rows.empty:
                 out.append(f"no before_install snapshot of node {node}")
-            elif bool(snap["partial"].any()):
+                continue
+            newest = rows.groupby("run_id", observed=True)["taken_at"].max().idxmax()
+            if bool(rows[rows["run_id"] == newest]["partial"].any()):
                 out.append(f"the before_install snapshot of node {node} is partial")
         return out
 

@@ -345,3 +345,23 @@ def test_the_record_is_done_once_written_after_the_last_committed_run(plan: Plan
         "due",
         "the decision record is older than the last committed run",
     )
+
+
+def test_status_shows_the_stage_table_and_keeps_its_keys(write_plan, tmp_path) -> None:
+    path = write_plan()
+    plan = load_plan(path, check_cluster=False)
+    _commit(plan, "baseline")
+    env = _env(tmp_path)
+    cli = [sys.executable, "-m", "flows.cli", "status", str(path)]
+    done = subprocess.run([*cli, "--json"], cwd=REPO, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert {"data_dir", "committed", "running", "uncommitted", "stale_tmp_files"} <= set(summary)
+    assert summary["committed"]["baseline"]["runs"] == 1
+    assert summary["stages"]["baseline"] == {"status": "done", "why": None}
+    assert summary["stages"]["before_install"]["status"] == "due"
+    assert summary["progress"]["weeks_sampled"] == 0
+    text = subprocess.run(cli, cwd=REPO, env=env, capture_output=True, text=True)
+    assert text.returncode == 0, text.stderr
+    assert "baseline: 1 committed run(s)" in text.stdout
+    assert "install         blocked: no before_install snapshot of node local-a" in text.stdout
