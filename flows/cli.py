@@ -685,14 +685,16 @@ def _stop_demo_sampler(sampler: subprocess.Popen[bytes]) -> None:
 
 def _register_stage_commands() -> None:
     """Commands defined beside their flows (snapshot, exit-diff, install, opt-in, uninstall,
-    poc)."""
+    poc, record)."""
     from flows.cli_exit import register as register_exit
     from flows.cli_install import register as register_install
     from flows.cli_poc import register as register_poc
+    from flows.cli_record import register as register_record
 
     register_exit(app)
     register_install(app)
     register_poc(app)
+    register_record(app)
 
 
 _register_stage_commands()

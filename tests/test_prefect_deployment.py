@@ -242,8 +242,15 @@ def test_window_deployments_carry_the_plans_schedules(stack: PrefectStack) -> No
         ("install", "flows/install.py:install"),
         ("opt_in", "flows/install.py:opt_in"),
         ("exit_diff", "flows/exit_diff.py:exit_diff"),
+        ("record", "flows/record.py:record"),
+        ("poc", "flows/poc.py:poc"),
     ]:
         assert stack.deployment(flow, flow)["entrypoint"] == entrypoint
+    demo = stack.deployment("poc", "demo")
+    assert (demo["entrypoint"], demo["parameters"]) == (
+        "flows/poc.py:poc",
+        {"plan_path": "plans/demo.yaml"},
+    )
     # A flow run that stops sending heartbeats is crashed by an automation.
     automations = stack.api("POST", "automations/filter", {})
     (watch,) = [a for a in automations if a["name"].startswith("ckpt-poc: crash flow runs")]
