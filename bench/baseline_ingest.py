@@ -1,4 +1,4 @@
-"""Baseline ingest benchmark: ours (``tasks.baseline.run_baseline``) against naive pandas and
+"""Baseline ingest benchmark: ours (``tasks.baseline.run.run_baseline``) against naive pandas and
 DuckDB on the same synthetic ``sacct -P`` dump, each in a fresh subprocess.
 
     uv run python bench/baseline_ingest.py                 # 5 M rows, then 20 M through Dask
@@ -47,8 +47,8 @@ CACHE = REPO / ".run" / "bench"
 PLAN = REPO / "plans" / "demo.yaml"
 KEY_ENV = "CKPT_POC_PSEUDONYM_KEY"
 BENCH_KEY = "bench-only-key-0123456789abcdef!"  # 32 characters, not a secret
-# tasks.exposure.EXPOSED_STATES, restated so the pandas and DuckDB children import nothing of
-# ours; the parent asserts the two agree.
+# tasks.baseline.exposure.EXPOSED_STATES, restated so the pandas and DuckDB children import
+# nothing of ours; the parent asserts the two agree.
 EXPOSED_STATES = (
     "FAILED",
     "TIMEOUT",
@@ -176,7 +176,7 @@ class _PhaseClock:
 
 
 class _CsvProxy:
-    """Stands in for ``pyarrow.csv`` inside tasks.accounting so read_csv can be timed."""
+    """Stands in for ``pyarrow.csv`` inside tasks.baseline.accounting so read_csv can be timed."""
 
     def __init__(self, module: Any, clock: _PhaseClock) -> None:
         self._module = module
@@ -195,13 +195,13 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     t0 = time.perf_counter()
     import dask
 
-    import tasks.accounting as ta
-    import tasks.baseline as tb
-    import tasks.datasets as td
-    import tasks.exposure as te
-    import tasks.gates as tg
-    from tasks.plan import load_plan
-    from tasks.runctx import make_run_context
+    import tasks.baseline.accounting as ta
+    import tasks.baseline.exposure as te
+    import tasks.baseline.run as tb
+    import tasks.data.datasets as td
+    import tasks.data.gates as tg
+    from tasks.data.plan import load_plan
+    from tasks.data.runctx import make_run_context
 
     t_import = time.perf_counter() - t0
     version = code_version("tasks")
@@ -225,7 +225,7 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     clock.wrap(tb, "compute_exposure", "compute_exposure (memory path)")
     clock.wrap(tb, "exposure_with_dask", "exposure_with_dask (dask path)")
     clock.wrap(dask, "compute", "  . dask.compute (read, shuffle, per partition)")
-    # Exposure internals (tasks.baseline imports some by name: both get the same wrapper).
+    # Exposure internals (tasks.baseline.run imports some by name: both get the same wrapper).
     for owner in (te, tb):
         clock.wrap(owner, "exposure_part", "  . exposure_part")
         clock.wrap(owner, "combine_parts", "  . combine_parts")
@@ -642,10 +642,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return run_child(args)
 
-    from tasks.exposure import EXPOSED_STATES as OURS_EXPOSED
+    from tasks.baseline.exposure import EXPOSED_STATES as OURS_EXPOSED
 
     if tuple(OURS_EXPOSED) != EXPOSED_STATES:
-        raise SystemExit(f"FAIL: bench EXPOSED_STATES differ from tasks.exposure: {OURS_EXPOSED}")
+        raise SystemExit(
+            f"FAIL: bench EXPOSED_STATES differ from tasks.baseline.exposure: {OURS_EXPOSED}"
+        )
 
     import psutil
 

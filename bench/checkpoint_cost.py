@@ -5,7 +5,7 @@ the raw disk it writes to and reads from, and next to starting the workload afre
     uv run python bench/checkpoint_cost.py --sizes 64 --server-sizes 64 --repeats 1  # ~10 s
 
 All in one run, on the local cluster's slot with the CRIU that ``scripts/install-criu``
-provides (``tasks.checkpointers.criu.CriuCheckpointer``, the same code path as the engine):
+provides (``tasks.engine.checkpointers.criu.CriuCheckpointer``, the same code path as the engine):
 
 * training (``examples.train_digits --state-mb M``), per state size and run: a fresh process;
   once it prints step 3, ``criu dump --leave-running`` (wall seconds, CRIU's frozen time,
@@ -28,7 +28,7 @@ and until fsync returned) and with O_DIRECT in 16 MiB requests (no page cache: w
 disk itself does), then read back: buffered, cold (page cache dropped) and warm, and with
 O_DIRECT.
 
-Every process is started, tracked and ended through ``tasks.clusters.local.LocalCluster``;
+Every process is started, tracked and ended through ``tasks.engine.clusters.local.LocalCluster``;
 ``cluster.stop_all()`` must return ``[]`` at the end (checked in ``finally``), or the run
 exits 1. Images live under ``.run/bench/checkpoint-cost-<time>/`` and are deleted after each
 run; the logs stay. Everything measured goes to ``.run/bench/checkpoint-cost-<time>.json``.
@@ -56,12 +56,12 @@ from typing import Any
 
 from benchlib import code_version, proc_mib, self_peak_mib
 
-from tasks.checkpointers.criu import Checkpoint, CriuCheckpointer, find_criu
-from tasks.clock import EventRecorder
-from tasks.clusters.local import LocalCluster, WorkloadProcess
-from tasks.plan import load_plan
-from tasks.probes import LogProgressProbe, last_step_before, wait_ready
-from tasks.runctx import make_run_context
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, find_criu
+from tasks.engine.clock import EventRecorder
+from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".run" / "bench"

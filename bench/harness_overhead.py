@@ -9,10 +9,10 @@ stdout and stderr to a log file) runs alternately in two modes, A B B A A B B A 
 
 * **bare** (A): nothing watches it; this process only waits for it (``os.wait4``, blocking,
   no CPU) - the bench process's own baseline;
-* **harness** (B): a ``tasks.probes.LogProgressProbe`` tails its log at its defaults (on a
+* **harness** (B): a ``tasks.engine.probes.LogProgressProbe`` tails its log at its defaults (on a
   local Linux filesystem: woken by inotify, a safety read every 0.5 s; elsewhere, or with
   ``--no-watch``: a read every 10 ms) with the engine's progress regex and records a
-  ``progress`` event per new step (its default) into a ``tasks.clock.EventRecorder``, which
+  ``progress`` event per new step (its default) into a ``tasks.engine.clock.EventRecorder``, which
   journals events to the run folder as they happen (``progress`` in batches, at most 0.5 s
   late); writing parquet happens once per run, after the workload, and is not a cost the
   workload sees. The probe's mode, and why, is printed and recorded.
@@ -26,8 +26,8 @@ cross-check) and its reads of the log (wake-ups), the workload's wall time, step
 time (``os.wait4``'s rusage of that child), and this process's RSS growth and peak RSS.
 Per pair: the harness's CPU as % of one core = (B's CPU / B's wall - A's CPU / A's wall)
 x 100, and workload wall time B / A.
-The wall-time pairs go through ``tasks.stats.compare_paired`` against the plan's overhead
-threshold. Target (the issue): harness CPU under 0.5 % of one core; PASS/MISS is printed
+The wall-time pairs go through ``tasks.experiments.stats.compare_paired`` against the plan's
+overhead threshold. Target (the issue): harness CPU under 0.5 % of one core; PASS/MISS is printed
 against the median over pairs. Everything measured goes to
 ``.run/bench/harness-overhead-<time>.json``; the logs stay beside it.
 """
@@ -48,11 +48,11 @@ from typing import Any
 
 from benchlib import code_version, proc_mib, self_peak_mib
 
-from tasks.clock import EventRecorder
-from tasks.plan import load_plan
-from tasks.probes import POLL_S, SAFETY_POLL_S, LogProgressProbe
-from tasks.runctx import RunContext, make_run_context
-from tasks.stats import compare_paired
+from tasks.data.plan import load_plan
+from tasks.data.runctx import RunContext, make_run_context
+from tasks.engine.clock import EventRecorder
+from tasks.engine.probes import POLL_S, SAFETY_POLL_S, LogProgressProbe
+from tasks.experiments.stats import compare_paired
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".run" / "bench"
@@ -319,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         threshold_pct=threshold,
     )
     print(
-        f"paired wall-time overhead (tasks.stats.compare_paired, n={stats['n']}): median "
+        "paired wall-time overhead (tasks.experiments.stats.compare_paired, "
+        f"n={stats['n']}): median "
         f"{stats['overhead_pct']:+.2f} %, 95% CI [{stats['ci_low_pct']:+.2f}, "
         f"{stats['ci_high_pct']:+.2f}] %, p={stats['p_value']:.3g}; {stats['difference']}; "
         f"vs {threshold:g} %: {stats['verdict']} ({stats['verdict_reason']})"

@@ -1,7 +1,7 @@
 """What the long-window sampler costs the node it samples: CPU per wall minute at the default
 interval (10 s), side by side in one run.
 
-- procfs: ours (tasks.sampling.procfs, a process's labels read once and remembered) against
+- procfs: ours (tasks.window.sampling.procfs, a process's labels read once and remembered) against
   the obvious alternative, psutil.process_iter reading every process's environment, CPU
   times and memory at every read; both attribute the same two real workload copies.
 - nvml: our NvmlSampler on 8 GPUs through pynvml's real ctypes layer, against the stand-in
@@ -66,9 +66,9 @@ def psutil_sampler(node: str):
 
 
 def procfs_costs(reads: int) -> dict[str, float]:
-    from tasks.clusters.local import LocalCluster
-    from tasks.sampling.attribution import ProcessAttributor
-    from tasks.sampling.procfs import ProcfsSampler
+    from tasks.engine.clusters.local import LocalCluster
+    from tasks.window.sampling.attribution import ProcessAttributor
+    from tasks.window.sampling.procfs import ProcfsSampler
 
     run_dir = Path(tempfile.mkdtemp(prefix="sampler-cost-"))
     cluster = LocalCluster(["local-a"], run_dir, REPO, workload="bench")
@@ -95,8 +95,8 @@ def procfs_costs(reads: int) -> dict[str, float]:
 
 NVML_DRIVER = r"""
 import json, sys, time
-from tasks.sampling import UNATTRIBUTED
-from tasks.sampling.nvml import NvmlSampler
+from tasks.window.sampling import UNATTRIBUTED
+from tasks.window.sampling.nvml import NvmlSampler
 s = NvmlSampler("node-1", lambda pid: UNATTRIBUTED)
 s.read()
 n = int(sys.argv[1])
@@ -141,13 +141,13 @@ def nvml_cost(reads: int) -> float:
 
 
 def wall_span(seconds: float) -> dict[str, float]:
-    """One real sampler run (tasks.sampling.nodes.sample) at the default interval."""
+    """One real sampler run (tasks.window.sampling.nodes.sample) at the default interval."""
     code = f"""
 import json, resource, sys, tempfile, time, yaml
 sys.path.insert(0, {str(REPO)!r})
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
-from tasks.sampling.nodes import sample
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.window.sampling.nodes import sample
 plan_dict = yaml.safe_load(open({str(REPO / "plans" / "demo.yaml")!r}))
 plan_dict["data_dir"] = tempfile.mkdtemp()
 path = tempfile.mktemp(suffix=".yaml"); open(path, "w").write(yaml.safe_dump(plan_dict))
@@ -178,7 +178,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     print(
-        f"code {benchlib.code_version('tasks/sampling')}; interval {DEFAULT_INTERVAL_S:g} s; "
+        f"code {benchlib.code_version('tasks/window/sampling')}; "
+        f"interval {DEFAULT_INTERVAL_S:g} s; "
         f"{args.reads} reads each"
     )
     procfs = procfs_costs(args.reads)

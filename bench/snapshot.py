@@ -1,4 +1,4 @@
-"""What one node snapshot costs: time and peak memory of `tasks.snapshots.collect` on this
+"""What one node snapshot costs: time and peak memory of `tasks.exit.snapshots.collect` on this
 machine with the default watch (every kind, the default watched paths), beside the obvious
 alternative in the same run: Debian's `debsums` plus `find <paths> -xdev -type f -exec
 sha256sum {} +` over the same paths.
@@ -41,8 +41,8 @@ import benchlib
 REPO = benchlib.REPO
 sys.path.insert(0, str(REPO))
 
-from tasks.plan import Watch  # noqa: E402  (after the path is set)
-from tasks.snapshots import NAMES_ONLY_DEPTH  # noqa: E402
+from tasks.data.plan import Watch  # noqa: E402  (after the path is set)
+from tasks.exit.snapshots import NAMES_ONLY_DEPTH  # noqa: E402
 
 TARGET_S = 30.0
 
@@ -51,8 +51,8 @@ TARGET_S = 30.0
 OURS = r"""
 import json, resource, sys, time
 from collections import Counter
-from tasks.plan import Watch
-from tasks.snapshots import collect
+from tasks.data.plan import Watch
+from tasks.exit.snapshots import collect
 watch = Watch.model_validate_json(sys.argv[1])
 t0 = time.perf_counter()
 rows = collect("bench", watch)
@@ -164,7 +164,7 @@ def main() -> None:
                 out,
             ]
         print(
-            f"code {benchlib.code_version('tasks/snapshots.py', 'bench/snapshot.py')}; "
+            f"code {benchlib.code_version('tasks/exit/snapshots.py', 'bench/snapshot.py')}; "
             f"watched paths {' '.join(watch.paths)}; names only: {' '.join(watch.names_only)}"
         )
         print("alternative, as run:")

@@ -2,7 +2,7 @@
 
     uv run python bench/synth_sacct.py OUT --rows 5000000 --seed 1
 
-Allocation rows only, in the field order ckpt-poc asks sacct for (``tasks.accounting``):
+Allocation rows only, in the field order ckpt-poc asks sacct for (``tasks.baseline.accounting``):
 
     JobID|JobIDRaw|Cluster|Partition|User|Account|JobName|State|ExitCode|Submit|Start|End|
     Elapsed|ElapsedRaw|Timelimit|NNodes|NCPUS|AllocTRES|NodeList
@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from tasks.accounting import SACCT_FIELDS
+from tasks.baseline.accounting import SACCT_FIELDS
 
 GENERATOR_VERSION = 2
 

@@ -1,8 +1,8 @@
 """Seeded synthetic long window: `samples` and `sample_gaps` as the samplers would write them.
 
 One simulated sampler run per node per day (run id ``sampler-<node>-<YYYYMMDD>``), written
-with ``tasks.datasets.write_dataset`` into the real layout and committed with
-``tasks.runs.commit_run`` so the readers see it. Each node has 8 GPUs sampled every 10 s
+with ``tasks.data.datasets.write_dataset`` into the real layout and committed with
+``tasks.data.runs.commit_run`` so the readers see it. Each node has 8 GPUs sampled every 10 s
 (``gpu_utilization``, percent; the interval jitters by up to 0.3 s so covered seconds
 differ row to row). Per GPU the day is a sequence of phases (exponential lengths, mean 2 h):
 a job of the managed or unmanaged arm (two workloads), unattributed busy time, or idle.
@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from tasks.datasets import SAMPLE_GAPS, SAMPLES, write_dataset
-from tasks.fingerprint import FINGERPRINT_COLUMNS
-from tasks.runs import commit_run
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, write_dataset
+from tasks.data.fingerprint import FINGERPRINT_COLUMNS
+from tasks.data.runs import commit_run
 
 GENERATOR_VERSION = "1"
 POC = "bench"

@@ -1,12 +1,12 @@
-"""Weekly report benchmark: ``tasks.sample_summary`` against the same aggregation in DuckDB SQL
-on the same long window, each in a fresh subprocess.
+"""Weekly report benchmark: ``tasks.window.sample_summary`` against the same aggregation in
+DuckDB SQL on the same long window, each in a fresh subprocess.
 
     uv run python bench/weekly_report.py                     # 120 days x 64 GPUs (~66 M rows)
     uv run python bench/weekly_report.py --days 7 --gpus 8   # a quick run (~0.5 M rows)
 
 The window (bench/synth_samples.py) is generated once into the real dataset layout and
 cached under ``--data`` (default ``.run/bench/weekly-d<days>-g<gpus>-s<seed>-v<version>``);
-both contenders read the committed files that ``tasks.datasets.dataset_files`` lists.
+both contenders read the committed files that ``tasks.data.datasets.dataset_files`` lists.
 
 * ours: ``weekly_sample_summary(files)`` over all weeks, then ``weekly_gap_summary``.
 * duckdb: one SQL query over ``read_parquet([...files], hive_partitioning=true)`` per summary,
@@ -70,7 +70,7 @@ GROUP BY ALL
 
 
 def child_ours(samples: list[str], gaps: list[str], out: Path) -> dict[str, Any]:
-    from tasks.sample_summary import weekly_gap_summary, weekly_sample_summary
+    from tasks.window.sample_summary import weekly_gap_summary, weekly_sample_summary
 
     t = time.perf_counter()
     summary = weekly_sample_summary(samples)
@@ -144,7 +144,7 @@ def compare(ours_dir: Path, duck_dir: Path) -> list[str]:
     """What differs between the two contenders' rows; empty when they agree."""
     import pandas as pd
 
-    from tasks.sample_summary import GAP_DTYPES, GAP_KEYS, GROUP_KEYS, SUMMARY_DTYPES
+    from tasks.window.sample_summary import GAP_DTYPES, GAP_KEYS, GROUP_KEYS, SUMMARY_DTYPES
 
     problems = []
     for name, dtypes, keys in (
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.parquet as pq
     from synth_samples import POC
 
-    from tasks.datasets import SAMPLE_GAPS, SAMPLES, dataset_files
+    from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, dataset_files
 
     print(
         f"weekly report benchmark  {dt.datetime.now():%Y-%m-%d %H:%M}  "

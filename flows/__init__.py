@@ -13,7 +13,7 @@ class _DomainErrorsWithoutTraceback(logging.Filter):
     message: log that message, not a Python traceback. Other exceptions keep theirs."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from tasks.errors import CkptPocError
+        from tasks.data.errors import CkptPocError
 
         exc = record.exc_info[1] if record.exc_info else None
         if isinstance(exc, CkptPocError):

@@ -8,11 +8,11 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.baseline import BaselineResult, run_baseline
-from tasks.errors import GateFailed
-from tasks.plan import Plan
-from tasks.report import baseline_markdown, exposure_rows
-from tasks.runctx import make_run_context
+from tasks.baseline.run import BaselineResult, run_baseline
+from tasks.data.errors import GateFailed
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.experiments.report import baseline_markdown, exposure_rows
 
 
 @task(name="measure_exposure", cache_policy=NO_CACHE)

@@ -10,8 +10,6 @@ import json
 import logging
 import os
 import secrets
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -25,8 +23,8 @@ from rich.table import Table
 from rich.text import Text
 
 from flows.cli_samples import samples_app
-from tasks.accounting import KEY_ENV
-from tasks.errors import CkptPocError, PlanError
+from tasks.baseline.accounting import KEY_ENV
+from tasks.data.errors import CkptPocError, PlanError
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
 plan_app = typer.Typer(no_args_is_help=True, help="Check PoC plans.")
@@ -115,7 +113,7 @@ def plan_check_cmd(plan: PlanArg) -> None:
         except CkptPocError as exc:
             _fail(exc)
     else:  # reading a file needs no Prefect server start-up: answer at once
-        from tasks.plan import load_plan
+        from tasks.data.plan import load_plan
 
         try:
             loaded = load_plan(plan)
@@ -131,7 +129,7 @@ def plan_check_cmd(plan: PlanArg) -> None:
         f"[green]plan {plan} is valid[/]: poc={info['poc']} cluster={info['cluster']} "
         f"checkpointer={info['checkpointer']}"
     )
-    # A skipped cluster check is logged by tasks.plan as it happens (stderr).
+    # A skipped cluster check is logged by tasks.data.plan as it happens (stderr).
 
 
 @app.command()
@@ -177,7 +175,7 @@ def _run_baseline(
 ) -> None:
     _flows_ready()
     from flows.baseline import baseline as baseline_flow
-    from tasks.report import candidates_table, exposure_table
+    from tasks.experiments.report import candidates_table, exposure_table
 
     try:
         result = baseline_flow(
@@ -253,7 +251,7 @@ def recovery(
     every trial → `trials`, gated, summarised per fault with the plan's verdicts."""
     _flows_ready()
     from flows.recovery import recovery as recovery_flow
-    from tasks.report import recovery_table, recovery_verdicts
+    from tasks.experiments.report import recovery_table, recovery_verdicts
 
     try:
         result = recovery_flow(str(plan), timeout_s, fault_step, wait_for_nodes=not no_wait)
@@ -283,7 +281,7 @@ def overhead(
     apart, the cost of checkpointing at the plan's interval; paired statistics, verdict."""
     _flows_ready()
     from flows.overhead import overhead as overhead_flow
-    from tasks.report import checkpoint_lines, overhead_lines
+    from tasks.experiments.report import checkpoint_lines, overhead_lines
 
     try:
         result = overhead_flow(str(plan), pairs, timeout_s, wait_for_nodes=not no_wait)
@@ -310,7 +308,7 @@ def cold_start_cmd(
     speed-up with its CI, restore GB/s against checkpoint bytes (table and PNG)."""
     _flows_ready()
     from flows.cold_start import cold_start as cold_start_flow
-    from tasks.report import cold_start_lines
+    from tasks.experiments.report import cold_start_lines
 
     try:
         result = cold_start_flow(str(plan), repeats, timeout_s, wait_for_nodes=not no_wait)
@@ -501,7 +499,7 @@ def _print_lines(title: str, lines: list[str], result: dict | None) -> None:
 def _plan_data(plan: Path) -> tuple[Path, str]:
     """The plan's data folder and PoC name, read without starting Prefect (these commands
     only read, and answer in well under two seconds)."""
-    from tasks.plan import load_plan
+    from tasks.data.plan import load_plan
 
     try:
         # No sinfo round trip: these commands only read the data folder.
@@ -519,13 +517,13 @@ def status(
     """Where the PoC's data stands: committed runs per stage, runs in progress, and what
     killed runs left (never read by any reader; `ckpt-poc clean` deletes it)."""
     from flows.cli_poc import print_state
-    from tasks.plan import load_plan
-    from tasks.progress import poc_state
-    from tasks.runs import status_summary
+    from tasks.data.plan import load_plan
+    from tasks.data.runs import status_summary
+    from tasks.poc.progress import poc_state
 
     data_dir, poc = _plan_data(plan)
     summary = status_summary(data_dir, poc)
-    # Each stage done / due / blocked with why (tasks/progress.py), beside the keys above.
+    # Each stage done / due / blocked with why (tasks/poc/progress.py), beside the keys above.
     state = poc_state(load_plan(plan, check_cluster=False), data_dir)
     summary["stages"] = state["stages"]
     summary["progress"] = {k: v for k, v in state.items() if k != "stages"}
@@ -565,7 +563,7 @@ def clean(
 ) -> None:
     """Delete what killed runs left: files of runs that never committed and no longer run.
     Never a committed run, never a live one."""
-    from tasks.runs import clean_uncommitted
+    from tasks.data.runs import clean_uncommitted
 
     data_dir, poc = _plan_data(plan)
     removed = clean_uncommitted(data_dir, poc, dry_run=dry_run)
@@ -581,16 +579,13 @@ def demo(
         Path, typer.Option("--plan", help="the plan to run the sequence on")
     ] = DEMO_PLAN,
 ) -> None:
-    """The embedded default: check the plan (plans/demo.yaml), run its baseline over the
-    sample; snapshot the nodes (before_install), install CRIU into the demo's own prefix and
-    opt the workload in; run it side by side (managed with CRIU, unmanaged), recovery from
-    real faults, steady-state overhead and cold start, all sampled (procfs) meanwhile;
-    uninstall (snapshot after_uninstall, diff: the exit verdict); then utilization and the
-    weekly report of the current week. Exits non-zero only when a stage fails: leftovers
-    are the verdict, printed last."""
-    from flows.cli_exit import snapshot_cmd
-    from flows.cli_install import install_cmd, opt_in_cmd
-
+    """The embedded default, end to end: the whole PoC (flow poc) on plans/demo.yaml with a
+    short window. Check the plan, run its baseline over the sample; snapshot the nodes
+    (before_install), install CRIU into the demo's own prefix and opt the workload in;
+    recovery from real faults, steady-state overhead and cold start on both arms, sampled
+    (procfs) meanwhile; the weekly report; uninstall (snapshot after_uninstall, diff: the
+    exit verdict); the decision record, whose path is printed last. Exits non-zero only
+    when a stage fails: leftovers are the verdict."""
     if not os.environ.get(KEY_ENV):
         # The demo has no site secret: a one-off key keeps identities hidden, at the cost of
         # pseudonyms that do not link across runs. Real runs must set the key.
@@ -598,89 +593,47 @@ def demo(
         err.print(f"[yellow]{KEY_ENV} not set: using a one-off key for this demo run[/]")
     plan = plan.resolve()
     os.chdir(DEMO_PLAN.parent.parent)  # the demo plan's relative paths are repo-relative
-    plan_check_cmd(plan)
-    _run_baseline(plan, None, False, False, None, None)
-    _flows_ready()  # the snapshots, install and sampler below report to the same Prefect API
-    # The way in: the node as it was, then the install (needs both the baseline and this).
-    snapshot_cmd(plan, phase="before_install")
+    _flows_ready()
+    from flows.cli_poc import print_state
+    from flows.poc import poc
+
     try:
-        install_cmd(plan)  # a half-done install is undone by the uninstall below too
-        opt_in_cmd(plan)
-        sampler = _start_demo_sampler(plan)
-        try:
-            side_by_side_cmd(plan)
-            recovery(plan)
-            overhead(plan)
-            cold_start_cmd(plan)
-        finally:
-            _stop_demo_sampler(sampler)
-    finally:
-        # The way out runs even when a stage failed: an install is never left behind. Before
-        # the report, so that the week's report carries the verdict.
-        verdict = _demo_uninstall(plan)
-    utilization_cmd(plan)
-    report_cmd(plan)
-    _print_demo_verdict(verdict)  # again, last: the report's tables push it off screen
+        result = poc(str(plan), short_window=True)
+    except CkptPocError as exc:
+        _demo_undo_install(plan)  # an install is never left behind by a failed demo
+        _fail(exc)
+    print_state(result["state"])
+    exit_result = result.get("exit") or {}
+    _print_demo_verdict(exit_result)
+    record = result.get("record") or {}
+    if record:
+        out.rule("the decision record")
+        for measure, verdict in (record.get("verdicts") or {}).items():
+            out.print(f"  {measure}: {verdict}", highlight=False, markup=False)
+        out.print(f"decision record: {record['html']}", highlight=False, markup=False)
+        out.print(f"                 {record['pdf']}", highlight=False, markup=False)
 
 
-def _demo_uninstall(plan: Path) -> dict:
-    """`ckpt-poc uninstall` without its exit 1 on leftovers: in the demo they are the
-    finding, each named here (this runs even when an earlier stage failed)."""
+def _demo_undo_install(plan: Path) -> None:
+    """After a failed stage: uninstall if the demo installed and has not uninstalled yet."""
     from flows.cli_install import run_uninstall
+    from tasks.data.plan import load_plan
+    from tasks.poc.progress import poc_state
 
-    result = run_uninstall(plan)
-    _print_demo_verdict(result, names=True)
-    return result
+    loaded = load_plan(plan, check_cluster=False)
+    stages = poc_state(loaded, loaded.data_dir, scheduled=False)["stages"]
+    if stages["install"]["status"] == "done" and stages["uninstall"]["status"] != "done":
+        err.print("[yellow]a stage failed after the install: uninstalling[/]")
+        _print_demo_verdict(run_uninstall(plan))
 
 
-def _print_demo_verdict(result: dict, names: bool = False) -> None:
-    colour = "green" if result["verdict"] == "clean" else "bold red"
+def _print_demo_verdict(result: dict) -> None:
+    verdict = result.get("verdict", "not reached")
+    colour = "green" if verdict == "clean" else "bold red"
     out.rule(Text("the way out: before_install -> after_uninstall", style=colour))
-    if names:
-        for x in result["leftovers"]:
-            out.print(
-                f"  leftover: {x['node']} {x['kind']} {x['key']} ({x['change']})", markup=False
-            )
-    elif result["leftovers"]:
-        out.print("  (each leftover is named above, after the uninstall)")
-    out.print(Text(f"exit verdict: {result['verdict']}", style=colour), highlight=False)
-
-
-# Longer than the stages it watches take here (about 3 min); SIGTERM ends it when they end.
-DEMO_SAMPLER_SPAN_S = 1800
-DEMO_SAMPLER_INTERVAL_S = 1.0
-
-
-def _start_demo_sampler(plan: Path) -> subprocess.Popen[bytes]:
-    """`ckpt-poc sample` in its own process while the stages run: both arms' copies are
-    sampled (procfs), as the schedule would sample them for months."""
-    argv = [
-        sys.executable,
-        "-m",
-        "flows.cli",
-        "sample",
-        str(plan),
-        "--span-s",
-        str(DEMO_SAMPLER_SPAN_S),
-        "--interval-s",
-        str(DEMO_SAMPLER_INTERVAL_S),
-    ]
-    out.print(f"sampling the test nodes meanwhile (every {DEMO_SAMPLER_INTERVAL_S:g} s)")
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL)
-
-
-def _stop_demo_sampler(sampler: subprocess.Popen[bytes]) -> None:
-    if sampler.poll() is None:
-        sampler.terminate()  # the span ends early, written and committed
-    try:
-        code = sampler.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        sampler.kill()
-        code = sampler.wait()
-    if code == -signal.SIGTERM:  # stopped while it was still starting: nothing to write
-        err.print("[yellow]the sampler was stopped before its first read[/]")
-    elif code != 0:
-        err.print(f"[yellow]the sampler ended with exit code {code}[/]")
+    for x in result.get("leftovers") or []:
+        out.print(f"  leftover: {x['node']} {x['kind']} {x['key']} ({x['change']})", markup=False)
+    out.print(Text(f"exit verdict: {verdict}", style=colour), highlight=False)
 
 
 def _register_stage_commands() -> None:

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from tasks.errors import CkptPocError
+from tasks.data.errors import CkptPocError
 
 PlanArg = Annotated[Path, typer.Argument(help="the PoC plan (YAML)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
@@ -53,7 +53,7 @@ def exit_diff_cmd(
 
     _flows_ready()
     from flows.exit_diff import exit_diff
-    from tasks.exit_diff import LEFTOVER_FIELDS, verdict_line
+    from tasks.exit.exit_diff import LEFTOVER_FIELDS, verdict_line
 
     try:
         result = exit_diff(str(plan), from_phase, to_phase)

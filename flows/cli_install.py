@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tasks.errors import CkptPocError
+from tasks.data.errors import CkptPocError
 
 PlanArg = Annotated[Path, typer.Argument(help="the PoC plan (YAML)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]

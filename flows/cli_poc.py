@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from tasks.errors import CkptPocError
-from tasks.progress import STAGES, state_lines
+from tasks.data.errors import CkptPocError
+from tasks.poc.progress import STAGES, state_lines
 
 PlanArg = Annotated[Path, typer.Argument(help="the PoC plan (YAML)")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]

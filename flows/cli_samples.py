@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from tasks.errors import CkptPocError
+from tasks.data.errors import CkptPocError
 
 samples_app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Sample history a site already has."

@@ -15,12 +15,16 @@ from flows.common import (
     run_name,
 )
 from flows.plan_check import ensure_plan_is_valid
-from tasks.checkpoints import summarise_checkpoints
-from tasks.cold_start import cold_start_gate_checks, plot_restore_throughput, run_cold_start
-from tasks.experiments import write_and_gate
-from tasks.plan import Plan
-from tasks.report import cold_start_markdown
-from tasks.runctx import make_run_context
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.experiments.checkpoints import summarise_checkpoints
+from tasks.experiments.cold_start import (
+    cold_start_gate_checks,
+    plot_restore_throughput,
+    run_cold_start,
+)
+from tasks.experiments.report import cold_start_markdown
+from tasks.experiments.trials import write_and_gate
 
 
 @task(name="time_native_and_restored_starts", cache_policy=NO_CACHE)

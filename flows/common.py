@@ -12,11 +12,11 @@ import yaml
 from prefect import get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
-from tasks.errors import CkptPocError
-from tasks.locks import hold_nodes
-from tasks.plan import Plan
-from tasks.runctx import RunContext
-from tasks.runs import forget_if_empty
+from tasks.data.errors import CkptPocError
+from tasks.data.locks import hold_nodes
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext
+from tasks.data.runs import forget_if_empty
 
 
 def _poc_of(plan_path: str) -> str:
@@ -74,7 +74,7 @@ def failure_reported_as(key: str, title: str) -> Iterator[None]:
 
 @contextlib.contextmanager
 def experiment_holding_nodes(plan: Plan, ctx: RunContext, wait: bool) -> Iterator[None]:
-    """Run an experiment holding the plan's nodes (tasks.locks): a second run waits, saying
+    """Run an experiment holding the plan's nodes (tasks.data.locks): a second run waits, saying
     for whom, or refuses when ``wait`` is False. A run that fails before writing anything
     leaves no live marker behind."""
     logger = get_run_logger()

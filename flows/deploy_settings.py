@@ -9,8 +9,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from tasks.errors import CkptPocError
-from tasks.plan import Plan, load_plan
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Plan, load_plan
 
 
 def deploy_settings(plan: Plan, plan_path: str) -> dict[str, str]:

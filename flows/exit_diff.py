@@ -10,11 +10,11 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.errors import CkptPocError
-from tasks.exit_diff import exit_diff as diff_nodes
-from tasks.exit_diff import leftovers_markdown, verdict_line
-from tasks.plan import Plan
-from tasks.runctx import make_run_context
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.exit.exit_diff import exit_diff as diff_nodes
+from tasks.exit.exit_diff import leftovers_markdown, verdict_line
 
 
 @task(name="diff_snapshots", cache_policy=NO_CACHE)

@@ -1,6 +1,6 @@
 """Contained install, per-workload opt-in, and the way out (DESIGN §1.2, §1.8; issue 12).
 
-Thin flows over tasks/install.py. ``install`` refuses to start without a valid plan, a
+Thin flows over tasks/exit/install.py. ``install`` refuses to start without a valid plan, a
 committed baseline and a committed `before_install` snapshot of every plan node; after
 installing it snapshots `after_install`. ``uninstall`` runs the plan's exit.uninstall on every
 node, snapshots `after_uninstall` and diffs it against `before_install`: the verdict
@@ -16,15 +16,15 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.common import experiment_holding_nodes, failure_reported_as, run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.errors import CkptPocError
-from tasks.plan import Plan
-from tasks.runctx import RunContext, make_run_context
-from tasks.runs import committed_runs
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext, make_run_context
+from tasks.data.runs import committed_runs
 
 
 def check_ready_to_install(plan: Plan, data_dir: str) -> None:
     """A committed baseline and a committed `before_install` snapshot of every plan node."""
-    from tasks.snapshots import latest_snapshot
+    from tasks.exit.snapshots import latest_snapshot
 
     problems = []
     runs = committed_runs(data_dir, plan.poc).values()
@@ -41,10 +41,9 @@ def check_ready_to_install(plan: Plan, data_dir: str) -> None:
 
 
 def snapshot_all(plan: Plan, ctx: RunContext, phase: str) -> None:
-    from tasks.snapshots import take_snapshot
+    from tasks.exit.snapshots import take_snapshots
 
-    for node in plan.cluster.nodes:
-        take_snapshot(plan, ctx, phase, node)
+    take_snapshots(plan, ctx, phase, list(plan.cluster.nodes))
 
 
 def _lines(rows: dict[str, Any]) -> str:
@@ -54,7 +53,7 @@ def _lines(rows: dict[str, Any]) -> str:
 @flow(name="install", flow_run_name=run_name("install"))
 def install(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
     """Install the criu checkpointer on the plan's nodes, then snapshot `after_install`."""
-    from tasks import install as inst
+    from tasks.exit import install as inst
 
     plan = ensure_plan_is_valid(plan_path)
     with failure_reported_as("install-report", "Install"):
@@ -75,7 +74,7 @@ def install(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
 @flow(name="opt_in", flow_run_name=run_name("opt_in"))
 def opt_in(plan_path: str, workload: str | None = None) -> dict[str, Any]:
     """Mark the plan's workload as managed (who, what and when as events)."""
-    from tasks import install as inst
+    from tasks.exit import install as inst
 
     plan = ensure_plan_is_valid(plan_path)
     with failure_reported_as("opt-in-report", "Opt-in"):
@@ -98,8 +97,8 @@ def opt_in(plan_path: str, workload: str | None = None) -> dict[str, Any]:
 def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
     """Run exit.uninstall on every node, snapshot `after_uninstall`, diff against
     `before_install`; the verdict is the result."""
-    from tasks import install as inst
-    from tasks.exit_diff import exit_diff
+    from tasks.exit import install as inst
+    from tasks.exit.exit_diff import exit_diff, verdict_line
 
     logger = get_run_logger()
     plan = ensure_plan_is_valid(plan_path)
@@ -112,9 +111,13 @@ def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
                 # Whatever uninstall left, the snapshot and the diff say it.
                 snapshot_all(plan, ctx, "after_uninstall")
                 ctx.commit()
-        diff_ctx = make_run_context(plan, plan_path, stage="exit_diff")
+        # Its own run (and commit record): one per run id, and this flow run's id is the
+        # uninstall's; `poc` reads both stages from their commit records.
+        diff_ctx = make_run_context(
+            plan, plan_path, run_id=f"{ctx.run_id}-exit-diff", stage="exit_diff"
+        )
         diff = exit_diff(plan, diff_ctx, "before_install", "after_uninstall")
-        diff_ctx.commit()
+        diff_ctx.commit(f"exit verdict: {verdict_line(diff)}")
     n = len(diff["leftovers"])
     verdict = "clean" if diff["verdict"] == "clean" else f"leftovers: {n}"
     logger.info("exit verdict: %s", verdict)

@@ -15,16 +15,16 @@ from flows.common import (
     run_name,
 )
 from flows.plan_check import ensure_plan_is_valid
-from tasks.checkpoints import summarise_checkpoints
-from tasks.experiments import write_and_gate
-from tasks.overhead import (
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.experiments.checkpoints import summarise_checkpoints
+from tasks.experiments.overhead import (
     overhead_gate_checks,
     run_overhead,
     summarise_overhead,
 )
-from tasks.plan import Plan
-from tasks.report import overhead_markdown
-from tasks.runctx import make_run_context
+from tasks.experiments.report import overhead_markdown
+from tasks.experiments.trials import write_and_gate
 
 
 @task(name="time_interleaved_runs", cache_policy=NO_CACHE)

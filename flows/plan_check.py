@@ -6,7 +6,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
-from tasks.plan import Plan, load_plan
+from tasks.data.plan import Plan, load_plan
 
 
 @task(name="ensure_plan_is_valid", cache_policy=NO_CACHE)

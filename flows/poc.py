@@ -1,10 +1,12 @@
 """The whole PoC as one flow: the stage flows in order, each only once the gate before it passed.
 
-Where the PoC stands comes from the committed datasets (tasks/progress.py), never from
+Where the PoC stands comes from the committed datasets (tasks/poc/progress.py), never from
 memory, so `poc` can be re-run at any time: stages already done are skipped. A stage that is
 blocked, or one that ran and still is not done, stops the run with its gate's own message.
 The long window is not run inline: `poc` switches on the scheduled window deployments and
-returns; a later run picks up from there.
+returns; a later run picks up from there. The demo (``short_window=True``: scripts/demo, the
+`poc/demo` deployment) instead samples the test nodes while the comparisons run and counts one
+sampled week as the window (flows/short_window.py), so it runs to the decision record.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from flows.common import run_name
-from tasks.plan import load_plan
-from tasks.progress import (
+from flows.short_window import start_sampler, stop_sampler
+from tasks.data.plan import load_plan
+from tasks.poc.progress import (
     STAGES,
     WINDOW_DEPLOYMENTS,
     GateRefused,
@@ -104,8 +107,11 @@ def _runners(plan_path: str) -> dict[str, Callable[[], Any]]:
         return f(plan_path)
 
     def weekly_report() -> Any:
+        # Goodput per arm first: the report's utilization rows are read from it.
+        from flows.utilization import utilization
         from flows.weekly_report import weekly_report as f
 
+        utilization(plan_path)
         return f(plan_path)
 
     def uninstall() -> Any:
@@ -133,10 +139,16 @@ def _runners(plan_path: str) -> dict[str, Callable[[], Any]]:
     }
 
 
+# The stages that run both arms: the short window samples beside them.
+COMPARISONS = ("recovery", "overhead", "cold_start")
+
+
 @flow(name="poc", flow_run_name=run_name("poc"), log_prints=True)
-def poc(plan_path: str, until: str | None = None) -> dict[str, Any]:
+def poc(plan_path: str, until: str | None = None, short_window: bool = False) -> dict[str, Any]:
     """Run the PoC's stages in order from where it stands; stop after ``until`` (a stage
-    name), at the window (its schedules switched on), or at a refused gate (failing)."""
+    name), at the window (its schedules switched on), or at a refused gate (failing).
+    ``short_window`` (the demo): sample the test nodes while the comparisons run and count
+    one sampled week as the window instead of switching on its schedules."""
     from flows.plan_check import plan_check
 
     logger = get_run_logger()
@@ -149,33 +161,71 @@ def poc(plan_path: str, until: str | None = None) -> dict[str, Any]:
     skipped: list[str] = []
     stop = until or STAGES[-1]
     result: dict[str, Any] = {"poc": plan.poc, "ran": ran, "skipped": skipped}
-    first = poc_state(plan, plan.data_dir, scheduled=False)
+    weeks = 1 if short_window else None
+
+    def state_now() -> dict[str, Any]:
+        return poc_state(plan, plan.data_dir, scheduled=False, window_weeks=weeks)
+
+    first = state_now()
     # Done before this run started: skipped (that is what makes a re-run idempotent).
     skipped += [
         s for s in STAGES[1 : STAGES.index(stop) + 1] if first["stages"][s]["status"] == "done"
     ]
-    while True:
-        state = poc_state(plan, plan.data_dir, scheduled=False)
-        stage = next_stage(state, stop, ran)  # raises, with why, at a gate not passed
-        if stage is None:
-            result.update(stopped="complete" if first_not_done(state) is None else f"after {stop}")
-            break
-        entry = state["stages"][stage]
-        if stage == "window":
-            result.update(stopped="window", window=_start_window())
-            break
-        logger.info("stage %s is due (%s): running it", stage, entry["why"])
-        runners[stage]()
-        ran.append(stage)
-    result["state"] = poc_state(plan, plan.data_dir, scheduled=False)
+    sampler = None
+    try:
+        while True:
+            state = state_now()
+            stage = next_stage(state, stop, ran)  # raises, with why, at a gate not passed
+            if sampler is not None and stage not in COMPARISONS:
+                _stop_short_window(sampler)
+                sampler = None
+                state = state_now()
+                stage = next_stage(state, stop, ran)
+            if stage is None:
+                result.update(
+                    stopped="complete" if first_not_done(state) is None else f"after {stop}"
+                )
+                break
+            entry = state["stages"][stage]
+            if stage == "window":
+                result.update(stopped="window", window=_start_window())
+                break
+            window_due = state["stages"]["window"]["status"] != "done"
+            if short_window and sampler is None and stage in COMPARISONS and window_due:
+                logger.info("short window: sampling the test nodes while the arms run")
+                sampler = start_sampler(plan_path)
+            logger.info("stage %s is due (%s): running it", stage, entry["why"])
+            outcome = runners[stage]()
+            ran.append(stage)
+            if stage in ("uninstall", "exit_diff") and isinstance(outcome, dict):
+                result["exit"] = {k: outcome.get(k) for k in ("verdict", "leftovers")}
+            if stage == "record" and isinstance(outcome, dict):
+                result["record"] = {k: outcome.get(k) for k in ("html", "pdf", "verdicts")}
+    finally:
+        if sampler is not None:
+            _stop_short_window(sampler)
+    result["state"] = state_now()
     create_markdown_artifact(
         key="poc-progress",
-        markdown=f"# PoC {plan.poc}: stopped {result['stopped']}\n\n```\n"
+        markdown=f"# PoC {plan.poc}: stopped {result['stopped']}\n\n"
+        + (
+            "The demo's short window: the test nodes were sampled while the comparisons "
+            "ran (minutes, not the plan's weeks).\n\n"
+            if short_window
+            else ""
+        )
+        + "```\n"
         + "\n".join(state_lines(result["state"]))
         + "\n```\n",
         description="Where the PoC stands: each stage done, due or blocked",
     )
     return result
+
+
+def _stop_short_window(sampler: Any) -> None:
+    warning = stop_sampler(sampler)
+    if warning:
+        get_run_logger().warning("short window: %s", warning)
 
 
 def _start_window() -> dict[str, Any]:

@@ -11,10 +11,10 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.plan import Plan
-from tasks.record import build_record, record_markdown
-from tasks.runctx import make_run_context
-from tasks.runs import forget_if_empty
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.data.runs import forget_if_empty
+from tasks.poc.record import build_record, record_markdown
 
 
 @task(name="build_record", cache_policy=NO_CACHE)

@@ -15,14 +15,14 @@ from flows.common import (
     run_name,
 )
 from flows.plan_check import ensure_plan_is_valid
-from tasks.plan import Plan
-from tasks.recovery import (
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.experiments.recovery import (
     run_recovery,
     summarise_recovery,
     write_and_gate,
 )
-from tasks.report import recovery_markdown, recovery_rows
-from tasks.runctx import make_run_context
+from tasks.experiments.report import recovery_markdown, recovery_rows
 
 
 @task(name="inject_faults_and_recover", cache_policy=NO_CACHE)

@@ -10,11 +10,11 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.plan import Plan
-from tasks.runctx import make_run_context
-from tasks.runs import forget_if_empty
-from tasks.sampling.nodes import sample
-from tasks.sampling.span import STAGE
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.data.runs import forget_if_empty
+from tasks.window.sampling.nodes import sample
+from tasks.window.sampling.span import STAGE
 
 
 @task(name="sample_span", cache_policy=NO_CACHE)

@@ -1,5 +1,5 @@
 """The sample history a site already has (a CSV export) → `samples`, `sample_gaps`,
-`quarantine` (tasks.sampling.importer), with a short report artifact."""
+`quarantine` (tasks.window.sampling.importer), with a short report artifact."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import failure_reported_as, run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.errors import CkptPocError
-from tasks.plan import Plan
-from tasks.runctx import make_run_context
-from tasks.runs import forget_if_empty
-from tasks.sampling.importer import import_samples
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.data.runs import forget_if_empty
+from tasks.window.sampling.importer import import_samples
 
 ARTIFACT_KEY = "samples-import"
 

@@ -29,8 +29,8 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tasks.errors import CkptPocError
-from tasks.preflight import log_tail
+from tasks.data.errors import CkptPocError
+from tasks.engine.preflight import log_tail
 
 START_TIMEOUT_ENV = "CKPT_POC_PREFECT_START_TIMEOUT_S"
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>

@@ -10,9 +10,9 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import experiment_holding_nodes, run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.engine import ensure_engine_supports, run_side_by_side
-from tasks.plan import Plan
-from tasks.runctx import make_run_context
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.engine.side_by_side import ensure_engine_supports, run_side_by_side
 
 
 @task(name="run_managed_and_unmanaged", cache_policy=NO_CACHE)

@@ -10,10 +10,10 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.errors import BlastRadiusError, CkptPocError
-from tasks.plan import Plan
-from tasks.runctx import make_run_context
-from tasks.snapshots import take_snapshot
+from tasks.data.errors import BlastRadiusError, CkptPocError
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.exit.snapshots import take_snapshots as take_snapshots_of
 
 
 @task(name="take_snapshots", cache_policy=NO_CACHE)
@@ -28,8 +28,7 @@ def take_snapshots(plan: Plan, plan_path: str, phase: str, nodes: list[str]) -> 
     ctx = make_run_context(plan, plan_path, stage="snapshot")
     summary: dict[str, Any] = {"run_id": ctx.run_id, "phase": phase, "nodes": {}}
     try:
-        for node in nodes:
-            df = take_snapshot(plan, ctx, phase, node)
+        for node, df in take_snapshots_of(plan, ctx, phase, nodes).items():
             errors = df[df["kind"] == "error"]
             summary["nodes"][node] = {
                 "items": int((~df["kind"].isin(["error", "excluded"])).sum()),

@@ -10,9 +10,9 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.plan import Plan
-from tasks.runctx import make_run_context
-from tasks.utilization import compute_utilization
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.window.utilization import compute_utilization
 
 GPU_HOUR_COLUMNS = (
     "allocated_gpu_h",

@@ -15,9 +15,9 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.plan import Plan
-from tasks.runctx import make_run_context
-from tasks.weekly import build_weekly_report
+from tasks.data.plan import Plan
+from tasks.data.runctx import make_run_context
+from tasks.window.weekly import build_weekly_report
 
 
 @task(name="build_report", cache_policy=NO_CACHE)

@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tasks import accounting as acct
+from tasks.baseline import accounting as acct
 from tests.conftest import HEADER
 
 PS = acct.Pseudonymiser(b"unit-test-key-0123456789")
@@ -135,7 +135,7 @@ def test_utf8_job_names_survive() -> None:
 def test_header_lacking_required_fields_is_a_clear_error() -> None:
     import pytest
 
-    from tasks.errors import AccountingError
+    from tasks.data.errors import AccountingError
 
     with pytest.raises(AccountingError, match=r"dump.psv:1: the header lacks State"):
         parse("JobID|Submit\n1|2026-01-01T00:00:00\n")
@@ -231,7 +231,7 @@ FIELD = st.text(
     header=st.booleans(),
 )
 def test_parser_never_crashes_and_counts_reconcile(rows: list[str], header: bool) -> None:
-    from tasks.errors import AccountingError
+    from tasks.data.errors import AccountingError
 
     text = ((HEADER + "\n") if header else "") + "\n".join(rows) + "\n"
     try:

@@ -16,18 +16,18 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tasks import accounting as acct
-from tasks.baseline import BaselineResult, run_baseline
-from tasks.errors import AccountingError, GateFailed
-from tasks.plan import load_plan
-from tasks.report import (
+from tasks.baseline import accounting as acct
+from tasks.baseline.run import BaselineResult, run_baseline
+from tasks.data.errors import AccountingError, GateFailed
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.experiments.report import (
     baseline_markdown,
     candidates_table,
     exposure_rows,
     exposure_table,
     gpu_sources_line,
 )
-from tasks.runctx import make_run_context
 from tests.conftest import REPO
 
 SAMPLE = REPO / "data" / "samples" / "sacct-sample.psv"

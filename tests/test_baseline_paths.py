@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.baseline import run_baseline
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
+from tasks.baseline.run import run_baseline
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
 from tests.conftest import HEADER, REPO
 
 STATES = ["COMPLETED"] * 6 + ["FAILED", "TIMEOUT", "CANCELLED by 7", "NODE_FAIL", "REQUEUED"]
@@ -67,7 +67,7 @@ def test_memory_and_dask_paths_agree(tmp_path: Path) -> None:
 
 
 def test_an_empty_history_is_refused_by_the_gate(tmp_path: Path) -> None:
-    from tasks.errors import GateFailed
+    from tasks.data.errors import GateFailed
 
     dump = tmp_path / "empty.psv"
     dump.write_text(HEADER + "\n")

@@ -1,7 +1,7 @@
 """Contract tests of the exact commands and manifests; Cedana cannot run here.
 
 Cedana's binaries and Slurm plugins are a licensed download and its Slurm builds target
-23.11+, so these tests pin what tasks/checkpointers/cedana.py would run (argv lists, Helm
+23.11+, so these tests pin what tasks/engine/checkpointers/cedana.py would run (argv lists, Helm
 stdin, Pod manifests, REST requests) against ../shared/notes/cedana.md, not Cedana itself.
 """
 
@@ -21,9 +21,9 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from tasks.checkpointers import cedana
-from tasks.errors import BlastRadiusError, SecretError
-from tasks.plan import SNAPSHOT_KINDS, Plan, load_plan
+from tasks.data.errors import BlastRadiusError, SecretError
+from tasks.data.plan import SNAPSHOT_KINDS, Plan, load_plan
+from tasks.engine.checkpointers import cedana
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "tok-3f9c2a7e-not-a-real-secret"
@@ -546,7 +546,7 @@ def test_exit_checklist_per_plan_node(slurm_plan: Plan) -> None:
         cedana.expected_leftovers("local")
 
 
-# Keys as tasks/snapshots.py writes them: each planted leftover must match a glob of its kind.
+# Keys as tasks/exit/snapshots.py writes them: each planted leftover must match a glob of its kind.
 PLANTED = {
     "slurm": [
         ("units", "/etc/systemd/system/multi-user.target.wants/cedana.service"),

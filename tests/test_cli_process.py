@@ -114,12 +114,26 @@ def test_an_error_is_said_once_and_never_wrapped(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "args", [["plan", "check", "plans/demo.yaml"], ["status", "plans/demo.yaml"]]
 )
-def test_commands_that_only_read_answer_in_under_two_seconds(
+def test_commands_that_only_read_start_no_server_and_never_load_prefect(
     tmp_path: Path, args: list[str]
 ) -> None:
-    t0 = time.monotonic()
-    done = _cli(*args, env=_env(tmp_path))
-    elapsed = time.monotonic() - t0
-    assert done.returncode == 0, done.stderr
-    assert elapsed < 2, f"{' '.join(args)} took {elapsed:.2f} s"
+    # What keeps them fast is structural, so that is what is checked (their speed is a
+    # machine's): Prefect is never imported (-X importtime lists every module loaded) and
+    # no server is started.
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "flows.cli", *args],
+        cwd=REPO,
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "pandas" in loaded  # the listing works: what they do need is in it
+    assert not {m for m in loaded if m == "prefect" or m.startswith("prefect.")}
     assert not (tmp_path / "prefect-home").exists()  # no Prefect server was started

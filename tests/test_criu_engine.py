@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tasks.checkpointers.criu import CriuCheckpointer, CriuError, PeriodicCheckpoints
-from tasks.checkpointers.none import NoCheckpointer
-from tasks.clock import EventRecorder, read_journal
-from tasks.clusters.local import LocalCluster
-from tasks.engine import run_folder, run_side_by_side
-from tasks.errors import BlastRadiusError
-from tasks.plan import load_plan
-from tasks.probes import LogProgressProbe, last_step_before, wait_ready
-from tasks.runctx import make_run_context
+from tasks.data.errors import BlastRadiusError
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError, PeriodicCheckpoints
+from tasks.engine.checkpointers.none import NoCheckpointer
+from tasks.engine.clock import EventRecorder, read_journal
+from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
+from tasks.engine.side_by_side import run_folder, run_side_by_side
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.criu
@@ -248,7 +248,7 @@ def test_engine_refuses_slots_and_pids_it_does_not_own(engine) -> None:
     cluster, *_ = engine
     with pytest.raises(BlastRadiusError):
         cluster.start("prod-node-7", "managed", ["true"])
-    from tasks.clusters.local import WorkloadProcess
+    from tasks.engine.clusters.local import WorkloadProcess
 
     with pytest.raises(BlastRadiusError):
         cluster.kill(WorkloadProcess("local-a", "managed", 1, Path("/dev/null")))

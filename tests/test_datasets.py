@@ -10,11 +10,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.datasets import DATASETS, GATES, conform, read_dataset, read_dataset_dask, write_dataset
-from tasks.errors import DatasetError
-from tasks.fingerprint import FINGERPRINT_COLUMNS, collect_fingerprint
-from tasks.gates import build_suite, validate_dataset
-from tasks.runs import commit_run
+from tasks.data.datasets import (
+    DATASETS,
+    GATES,
+    conform,
+    read_dataset,
+    read_dataset_dask,
+    write_dataset,
+)
+from tasks.data.errors import DatasetError
+from tasks.data.fingerprint import FINGERPRINT_COLUMNS, collect_fingerprint
+from tasks.data.gates import build_suite, validate_dataset
+from tasks.data.runs import commit_run
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))
@@ -83,7 +90,7 @@ def test_write_is_partitioned_atomic_and_append_only(tmp_path: Path) -> None:
         write_dataset(_gate_rows(), GATES, data_dir=tmp_path, poc="p", run_id="r1")
     assert not list(tmp_path.rglob("*.tmp")), "no temp file left behind"
     write_dataset(_gate_rows(2, "r2"), GATES, data_dir=tmp_path, poc="p", run_id="r2")
-    # Written is not yet visible: a run is read once it commits (tasks.runs).
+    # Written is not yet visible: a run is read once it commits (tasks.data.runs).
     assert len(read_dataset(GATES, data_dir=tmp_path, poc="p")) == 0
     assert len(read_dataset(GATES, data_dir=tmp_path, poc="p", include_uncommitted=True)) == 5
     for run_id in ("r1", "r2"):
@@ -127,10 +134,10 @@ def test_conform_orders_and_casts() -> None:
 
 
 def test_a_failed_gate_is_stored_and_blocks(tmp_path: Path) -> None:
-    from tasks.errors import GateFailed
-    from tasks.gates import plain_check, record_and_enforce
-    from tasks.plan import load_plan
-    from tasks.runctx import make_run_context
+    from tasks.data.errors import GateFailed
+    from tasks.data.gates import plain_check, record_and_enforce
+    from tasks.data.plan import load_plan
+    from tasks.data.runctx import make_run_context
     from tests.conftest import REPO
 
     plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(update={"data_dir": str(tmp_path)})

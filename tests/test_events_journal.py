@@ -13,17 +13,17 @@ import subprocess
 import sys
 import time
 
-from tasks.clock import JOURNAL, JOURNAL_FLUSH_S, EventRecorder, read_journal
-from tasks.engine import run_folder
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.engine.clock import JOURNAL, JOURNAL_FLUSH_S, EventRecorder, read_journal
+from tasks.engine.side_by_side import run_folder
 from tests.conftest import REPO
 
 RECORDER = """
 import sys, time
-from tasks.clock import EventRecorder
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
+from tasks.engine.clock import EventRecorder
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
 
 plan = load_plan(sys.argv[1])
 recorder = EventRecorder(make_run_context(plan, sys.argv[1], run_id="journalled"))

@@ -14,11 +14,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.clock import Event
-from tasks.cold_start import cold_start_gate_checks
-from tasks.datasets import EVENTS, GATES, TRIALS, read_dataset
-from tasks.overhead import overhead_gate_checks, pair_order
-from tasks.plan import load_plan
+from tasks.data.datasets import EVENTS, GATES, TRIALS, read_dataset
+from tasks.data.plan import load_plan
+from tasks.engine.clock import Event
+from tasks.experiments.checkpoints import WORKLOAD_EXITED
+from tasks.experiments.cold_start import cold_start_gate_checks
+from tasks.experiments.overhead import overhead_gate_checks, pair_order
 from tests.conftest import demo_plan_dict
 
 SHORT_RUN = [
@@ -63,7 +64,13 @@ def test_overhead_on_the_demo_plan(cli, short_plan: Path, criu_binary: str) -> N
     assert result["variants"]["checkpointing"]["comparison"]["verdict"] == "not judged"
     # Every dump is a checkpoint row; all came from the checkpointing variant's managed runs.
     dumps = trials[trials["measure"] == "checkpoint"]
-    assert len(dumps) > 0 and (dumps["status"] == "ok").all()
+    # A dump that fails does so because the copy reached its last step while CRIU dumped it
+    # (the last tick of a run): said so in its reason, never a silent or unexplained failure.
+    failed = dumps[dumps["status"] != "ok"]
+    assert failed["reason"].str.startswith(WORKLOAD_EXITED).all(), failed["reason"].tolist()
+    assert len(failed) <= plan.repeats  # at most the last dump of each checkpointing run
+    dumps = dumps[dumps["status"] == "ok"]
+    assert len(dumps) > 0
     assert dumps[["dump_s", "freeze_s", "checkpoint_bytes"]].notna().all().all()
     assert dumps["trial_id"].str.startswith("checkpointing-").all()
     gates = read_dataset(GATES, data_dir=plan.data_dir, poc=plan.poc, run_id=result["run_id"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from tasks.exposure import compute_exposure, find_chains
+from tasks.baseline.exposure import compute_exposure, find_chains
 
 
 def job(

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tasks import install as inst
-from tasks.checkpointers.criu import Checkpoint
-from tasks.clock import read_journal
-from tasks.errors import BlastRadiusError
-from tasks.plan import Plan, load_plan
-from tasks.runctx import make_run_context
+from tasks.data.errors import BlastRadiusError
+from tasks.data.plan import Plan, load_plan
+from tasks.data.runctx import make_run_context
+from tasks.engine.checkpointers.criu import Checkpoint
+from tasks.engine.clock import read_journal
+from tasks.exit import install as inst
 from tests import slurm_cluster
 from tests.conftest import REPO
 
@@ -239,7 +239,7 @@ def _steps(log: Path) -> list[int]:
 
 
 def _snapshot(plan: Plan, path: Path, phase: str) -> None:
-    from tasks.snapshots import take_snapshot
+    from tasks.exit.snapshots import take_snapshot
 
     ctx = make_run_context(plan, path, stage="snapshot")
     take_snapshot(plan, ctx, phase, "ckpt-node1")
@@ -322,7 +322,7 @@ def test_slurm_cycle_opted_in_job_is_checkpointed_and_restored_the_other_left_al
     assert "--ckpt-poc" not in helptext
     ctx.commit()
 
-    from tasks.exit_diff import exit_diff
+    from tasks.exit.exit_diff import exit_diff
 
     _snapshot(plan, path, "after_uninstall")
     diff_ctx = make_run_context(plan, path, stage="exit_diff")

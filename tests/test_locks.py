@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from tasks.locks import LOCK_DIR_ENV, NodesBusy, hold_nodes
+from tasks.data.locks import LOCK_DIR_ENV, NodesBusy, hold_nodes
 
 HOLDER = textwrap.dedent(
     """
     import time
-    from tasks.locks import hold_nodes
+    from tasks.data.locks import hold_nodes
     with hold_nodes("local", ["local-a", "local-b"], poc="demo", run_id="run-1",
                     stage="recovery"):
         print("held", flush=True)

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.checkpointers.criu import COMPLETE, Checkpoint, CriuCheckpointer
-from tasks.clock import JOURNAL_FLUSH_S, EventRecorder, read_journal
-from tasks.clusters.local import pid_alive
-from tasks.engine import run_folder, run_side_by_side
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.engine.checkpointers.criu import COMPLETE, Checkpoint, CriuCheckpointer
+from tasks.engine.clock import JOURNAL_FLUSH_S, EventRecorder, read_journal
+from tasks.engine.clusters.local import pid_alive
+from tasks.engine.side_by_side import run_folder, run_side_by_side
 from tests.conftest import REPO, demo_plan_dict
 
 pytestmark = pytest.mark.criu
@@ -36,9 +36,9 @@ GONE_WITHIN_S = 5.0
 KILLED_RUN_ID = "killed-run"
 SIDE_BY_SIDE_HARNESS = """
 import sys
-from tasks.engine import run_side_by_side
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
+from tasks.engine.side_by_side import run_side_by_side
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
 
 plan = load_plan(sys.argv[1])
 ctx = make_run_context(plan, sys.argv[1], run_id=sys.argv[2], stage="side_by_side")
@@ -48,8 +48,8 @@ run_side_by_side(plan, ctx, timeout_s=600)
 ROOT_HOLDER = """
 import sys, time
 from pathlib import Path
-from tasks.checkpointers.criu import CriuCheckpointer
-from tasks.clock import EventRecorder
+from tasks.engine.checkpointers.criu import CriuCheckpointer
+from tasks.engine.clock import EventRecorder
 
 ckpt = CriuCheckpointer(Path(sys.argv[1]), 5, EventRecorder(None), "t", binary=sys.argv[2])
 print(len(ckpt.removed_stale), flush=True)
@@ -61,9 +61,9 @@ time.sleep(600)
 RESTORE_HARNESS = """
 import os, sys, time
 from pathlib import Path
-from tasks.checkpointers.criu import CriuCheckpointer
-from tasks.clock import EventRecorder
-from tasks.clusters.local import LocalCluster
+from tasks.engine.checkpointers.criu import CriuCheckpointer
+from tasks.engine.clock import EventRecorder
+from tasks.engine.clusters.local import LocalCluster
 
 def stall(self, slot, arm, pid, tag=""):
     print(pid, flush=True)

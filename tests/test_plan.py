@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import PlanError
-from tasks.plan import load_plan
+from tasks.data.errors import PlanError
+from tasks.data.plan import load_plan
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,8 +16,8 @@ import annotated_types
 import pytest
 from pydantic import BaseModel
 
-from tasks.errors import PlanError
-from tasks.plan import Plan, load_plan
+from tasks.data.errors import PlanError
+from tasks.data.plan import Plan, load_plan
 
 REPO = Path(__file__).resolve().parent.parent
 PROBLEM = re.compile(r"^(?P<file>.+?):(?P<line>\d+): (?P<field>[^ :]+): (?P<message>.+)$")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import PlanError
-from tasks.plan import load_plan
-from tasks.plan_cluster import check_slurm_nodes, parse_sinfo_nodes
+from tasks.data.errors import PlanError
+from tasks.data.plan import load_plan
+from tasks.data.plan_cluster import check_slurm_nodes, parse_sinfo_nodes
 from tests import slurm_cluster
 from tests.conftest import REPO
 

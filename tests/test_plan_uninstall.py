@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from tasks.errors import PlanError
-from tasks.plan import REPO_ROOT, load_plan
+from tasks.data.errors import PlanError
+from tasks.data.plan import REPO_ROOT, load_plan
 
 
 def _problems(path: Path) -> list[str]:

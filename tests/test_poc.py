@@ -1,4 +1,4 @@
-"""Where the PoC stands (tasks/progress.py) from committed datasets, and the `poc` flow
+"""Where the PoC stands (tasks/poc/progress.py) from committed datasets, and the `poc` flow
 (flows/poc.py) run from the terminal: stages in order, done ones skipped, refused gates."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tasks.datasets import DATASETS, DatasetSpec, write_dataset
-from tasks.plan import Plan, load_plan
-from tasks.progress import STAGES, WINDOW_DEPLOYMENTS, GateRefused, next_stage, poc_state
-from tasks.runs import commit_run, committed_runs
+from tasks.data.datasets import DATASETS, DatasetSpec, write_dataset
+from tasks.data.plan import Plan, load_plan
+from tasks.data.runs import commit_run, committed_runs
+from tasks.poc.progress import STAGES, WINDOW_DEPLOYMENTS, GateRefused, next_stage, poc_state
 from tests.conftest import REPO
 
 NOW = dt.datetime(2026, 12, 1, 12, tzinfo=dt.UTC)
@@ -179,6 +179,11 @@ def test_window_weeks_gaps_and_failed_gates(plan: Plan) -> None:
     later = NOW + dt.timedelta(hours=1)
     _commit(plan, "sample_window", {"gates": [{**gate, "success": True, "checked_at": later}]})
     assert poc_state(plan, plan.data_dir)["failed_gates"] == []
+    # The demo's short window needs one sampled week, not the plan's four.
+    short = poc_state(plan, plan.data_dir, window_weeks=1)
+    assert short["stages"]["window"] == {"status": "done", "why": None}
+    assert short["weeks_planned"] == 1
+    assert short["stages"]["weekly_report"]["status"] == "due"
     # No PREFECT_API_URL: the scheduled runs are skipped, saying so.
     if not os.environ.get("PREFECT_API_URL"):
         assert poc_state(plan, plan.data_dir)["scheduled"]["available"] is False
@@ -289,7 +294,7 @@ def test_the_window_deployments_schedules_are_switched_on_and_their_next_runs_re
     """On a real server with prefect.yaml's deployments (the demo plan deploys the window's
     schedules inactive): poc's activation switches them on, status reads the next runs."""
     from flows.poc import activate_window
-    from tasks.progress import next_scheduled_runs
+    from tasks.poc.progress import next_scheduled_runs
 
     def actives() -> dict[str, list[bool]]:
         return {

@@ -183,6 +183,72 @@ def test_cold_start_deployment_completes_with_its_plot_in_the_report(
     assert "](data:image/png;base64,iVBOR" in text  # the plot itself, not a worker's path
 
 
+@pytest.mark.criu
+def test_poc_demo_runs_the_whole_poc_to_its_decision_record(
+    stack: PrefectStack, tmp_plan: Path, criu_binary: str
+) -> None:
+    """`prefect deployment run 'poc/demo' --watch`: every stage as a subflow, the short
+    window, the way out and the decision record, from a worker with a plain shell's
+    environment. A few minutes: the demo's own stages, one node to snapshot."""
+    plan = yaml.safe_load(tmp_plan.read_text())
+    plan["cluster"]["nodes"] = plan["cluster"]["nodes"][:1]
+    plan["faults"] = [{"kind": "sigkill"}]
+    tmp_plan.write_text(yaml.safe_dump(plan, sort_keys=False))
+    run_id, proc = stack.run_deployment(
+        "poc/demo", {"plan_path": str(tmp_plan), "short_window": True}, timeout=540
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr + stack.log_tail()
+    assert run_id and stack.flow_run(run_id)["state"]["type"] == "COMPLETED"
+    assert stack.deployment("poc", "demo")["parameters"] == {
+        "plan_path": "plans/demo.yaml",
+        "short_window": True,
+    }
+    base = tmp_plan.parent / "data" / "demo"
+    record = base / "record"
+    assert (record / "decision-record.html").stat().st_size > 0
+    assert (record / "decision-record.pdf").read_bytes()[:5] == b"%PDF-"
+    for dataset in (
+        "jobs",
+        "exposure",
+        "snapshots",
+        "trials",
+        "samples",
+        "utilization",
+        "reports",
+        "exit_diff",
+        "exit_verdicts",
+    ):
+        assert list(base.glob(f"{dataset}/week=*/*.parquet")), f"no {dataset} parquet"
+    # Every stage ran as a subflow of this run, in order, and each left its artifacts.
+    children = stack.api(
+        "POST",
+        "flow_runs/filter",
+        {"flow_runs": {"parent_flow_run_id": {"any_": [run_id]}}, "sort": "START_TIME_ASC"},
+    )
+    names = [c["name"].split(" · ")[0] for c in children]
+    for stage in (
+        "baseline",
+        "snapshot",
+        "install",
+        "recovery",
+        "overhead",
+        "cold start",
+        "weekly report",
+        "uninstall",
+        "exit diff",
+        "decision record",
+    ):
+        assert any(n.startswith(stage) for n in names), (stage, names)
+    assert all(c["state"]["type"] == "COMPLETED" for c in children)
+    by_name = {c["name"].split(" · ")[0]: c["id"] for c in children}
+    record_run = next(i for n, i in by_name.items() if n.startswith("decision record"))
+    artifact = stack.artifacts(record_run, key="decision-record")
+    assert len(artifact) == 1 and artifact[0]["data"].strip()
+    progress = stack.artifacts(run_id, key="poc-progress")
+    assert len(progress) == 1 and "stopped complete" in progress[0]["data"]
+    assert "short window" in progress[0]["data"]
+
+
 def test_a_workload_that_cannot_start_fails_the_run_in_seconds_saying_why(
     stack: PrefectStack, tmp_plan: Path
 ) -> None:

@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from tasks.clusters.local import LocalCluster
-from tasks.datasets import TRIALS, read_dataset
-from tasks.interpreter import resolve_workload_argv, workload_env
-from tasks.plan import load_plan
-from tasks.preflight import WorkloadDoesNotStart, log_tail, preflight_local
-from tasks.recovery import RecoveryStopped, run_recovery, stop_reason, write_and_gate
-from tasks.runctx import make_run_context
+from tasks.data.datasets import TRIALS, read_dataset
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.interpreter import resolve_workload_argv, workload_env
+from tasks.engine.preflight import WorkloadDoesNotStart, log_tail, preflight_local
+from tasks.experiments.recovery import RecoveryStopped, run_recovery, stop_reason, write_and_gate
 from tests.conftest import REPO
 
 DEMO = REPO / "plans" / "demo.yaml"

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-import tasks.probes as probes
-from tasks.clock import EventRecorder
-from tasks.plan import load_plan
-from tasks.probes import LogProgressProbe, last_step_before, wait_ready
-from tasks.runctx import make_run_context
+import tasks.engine.probes as probes
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.engine.clock import EventRecorder
+from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
 from tests.conftest import REPO
 
 

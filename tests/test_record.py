@@ -14,7 +14,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tasks.datasets import (
+from tasks.data.datasets import (
     EXIT_DIFF,
     EXIT_VERDICTS,
     EXPOSURE,
@@ -25,10 +25,10 @@ from tasks.datasets import (
     DatasetSpec,
     write_dataset,
 )
-from tasks.plan import Plan
-from tasks.record import SECTIONS, VERDICT_MEASURES, build_record
-from tasks.runctx import RunContext
-from tasks.runs import commit_run
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext
+from tasks.data.runs import commit_run
+from tasks.poc.record import SECTIONS, VERDICT_MEASURES, build_record
 from tests.test_weekly import (
     EVIL,
     W1,
@@ -368,7 +368,7 @@ def test_record_flow_on_a_prefect_server(prefect_stack: Any, write_plan: Any) ->
 
 
 def test_checkpointer_version_from_fingerprint() -> None:
-    from tasks.record import _version_of
+    from tasks.poc.record import _version_of
 
     assert _version_of(json.dumps({"criu": "4.1"}), "criu") == "4.1"
     assert _version_of("none", "criu") == "none"  # fingerprint.NONE, not JSON

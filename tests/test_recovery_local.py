@@ -19,16 +19,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks import faults
-from tasks.checkpointers.criu import CriuCheckpointer
-from tasks.clock import EventRecorder
-from tasks.clusters.local import LocalCluster, WorkloadProcess
-from tasks.datasets import GATES, TRIALS, read_dataset
-from tasks.errors import BlastRadiusError
-from tasks.faults import inject_local_fault
-from tasks.plan import Fault, Plan, load_plan
-from tasks.recovery import recovery_gate_checks, run_recovery
-from tasks.runctx import make_run_context
+from tasks.data.datasets import GATES, TRIALS, read_dataset
+from tasks.data.errors import BlastRadiusError
+from tasks.data.plan import Fault, Plan, load_plan
+from tasks.data.runctx import make_run_context
+from tasks.engine import faults
+from tasks.engine.checkpointers.criu import CriuCheckpointer
+from tasks.engine.clock import EventRecorder
+from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.faults import inject_local_fault
+from tasks.experiments.recovery import recovery_gate_checks, run_recovery
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.criu

@@ -1,7 +1,7 @@
 """Recovery on a real single-node Slurm with real CRIU: all four Slurm faults.
 
 Each copy is a batch job pinned to the plan's node. The managed copy runs under the CRIU
-wrapper (tasks/slurm_job.py) that dumps it every interval into a folder every attempt can
+wrapper (tasks/engine/slurm_job.py) that dumps it every interval into a folder every attempt can
 reach; after the fault a restore job — a new job id, linked to the interrupted one —
 brings it back. The unmanaged copy is resubmitted, resuming its own checkpoint.
 
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tasks.checkpoints import checkpoint_rows
-from tasks.clusters.slurm import SlurmCluster, SlurmJob
-from tasks.datasets import TRIALS, read_dataset
-from tasks.errors import BlastRadiusError
-from tasks.plan import Fault, Plan, load_plan
-from tasks.recovery import run_recovery, write_and_gate
-from tasks.runctx import make_run_context
+from tasks.data.datasets import TRIALS, read_dataset
+from tasks.data.errors import BlastRadiusError
+from tasks.data.plan import Fault, Plan, load_plan
+from tasks.data.runctx import make_run_context
+from tasks.engine.clusters.slurm import SlurmCluster, SlurmJob
+from tasks.experiments.checkpoints import checkpoint_rows
+from tasks.experiments.recovery import run_recovery, write_and_gate
 from tests import slurm_cluster
 from tests.conftest import REPO
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.report import (
+from tasks.experiments.report import (
     cold_start_markdown,
     recovery_markdown,
     recovery_verdicts,

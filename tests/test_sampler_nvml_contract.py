@@ -1,4 +1,4 @@
-"""Contract tests of the NVML sampler (tasks.sampling.nvml) against a stand-in NVML library.
+"""Contract tests of the NVML sampler (tasks.window.sampling.nvml) against a stand-in NVML library.
 
 tests/fake_nvml/fake_nvml.c is compiled into a libnvidia-ml.so.1 that scripts GPUs, driver
 sample buffers (honouring lastSeenTimeStamp and answering NOT_FOUND when nothing is new, as
@@ -18,8 +18,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tasks.datasets import SAMPLE_GAPS, SAMPLES, conform
-from tasks.fingerprint import FINGERPRINT_COLUMNS
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, conform
+from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tests.fake_nvml import compiled_library, run_sampler
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc for the fake")

@@ -27,9 +27,9 @@ from prometheus_server import (
     write_openmetrics,
 )
 
-from tasks.datasets import SAMPLE_GAPS, SAMPLES, DatasetSpec, conform
-from tasks.plan import PrometheusMetric, PrometheusSource
-from tasks.sampling.prometheus import (
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, DatasetSpec, conform
+from tasks.data.plan import PrometheusMetric, PrometheusSource
+from tasks.window.sampling.prometheus import (
     MAX_POINTS_PER_SERIES,
     PrometheusError,
     PrometheusReader,
@@ -412,13 +412,13 @@ def test_live_exporter_scrape_and_outage(tmp_path: Path) -> None:
 def test_sample_window_reads_history_from_where_the_last_run_ended(
     prom: PrometheusServer, write_plan
 ) -> None:
-    """Through the sampler run (tasks.sampling.nodes.sample): a first run reads one span back,
-    a second starts exactly where the first ended; nothing is read twice, and only
+    """Through the sampler run (tasks.window.sampling.nodes.sample): a first run reads one
+    span back, a second starts exactly where the first ended; nothing is read twice, and only
     Prometheus's own holes are gaps."""
-    from tasks.datasets import read_dataset
-    from tasks.plan import load_plan
-    from tasks.runctx import make_run_context
-    from tasks.sampling.nodes import sample
+    from tasks.data.datasets import read_dataset
+    from tasks.data.plan import load_plan
+    from tasks.data.runctx import make_run_context
+    from tasks.window.sampling.nodes import sample
 
     metrics = [{"metric": "gpu_utilization", "query": "DCGM_FI_DEV_GPU_UTIL", "unit": "percent"}]
     path = write_plan(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.baseline import run_baseline
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
+from tasks.baseline.run import run_baseline
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
 from tests.conftest import REPO
 
 SAMPLES = REPO / "data" / "samples"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.datasets import QUARANTINE, SAMPLE_GAPS, SAMPLES, read_dataset
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
-from tasks.runs import committed_runs
-from tasks.sampling import importer
-from tasks.sampling.importer import SampleImportError, import_samples
+from tasks.data.datasets import QUARANTINE, SAMPLE_GAPS, SAMPLES, read_dataset
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.data.runs import committed_runs
+from tasks.window.sampling import importer
+from tasks.window.sampling.importer import SampleImportError, import_samples
 from tests.conftest import REPO
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z

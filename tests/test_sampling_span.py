@@ -21,14 +21,14 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.clusters.local import LocalCluster
-from tasks.datasets import SAMPLE_GAPS, SAMPLES, read_dataset
-from tasks.errors import BlastRadiusError
-from tasks.locks import NodesBusy, hold_nodes
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
-from tasks.runs import committed_runs
-from tasks.sampling.nodes import nodes_to_sample, sample
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, read_dataset
+from tasks.data.errors import BlastRadiusError
+from tasks.data.locks import NodesBusy, hold_nodes
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.data.runs import committed_runs
+from tasks.engine.clusters.local import LocalCluster
+from tasks.window.sampling.nodes import nodes_to_sample, sample
 from tests.conftest import REPO
 
 BURN = ["python", "-c", "import time\nwhile True: sum(range(100000))"]
@@ -89,9 +89,9 @@ def test_one_sampler_per_node(write_plan) -> None:
 
 SAMPLER = """
 import sys
-from tasks.plan import load_plan
-from tasks.runctx import make_run_context
-from tasks.sampling.nodes import sample
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tasks.window.sampling.nodes import sample
 plan = load_plan(sys.argv[1])
 ctx = make_run_context(plan, sys.argv[1], stage="sample_window")
 print("started", flush=True)

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from tasks.clock import read_journal
-from tasks.datasets import EVENTS, read_dataset
+from tasks.data.datasets import EVENTS, read_dataset
+from tasks.engine.clock import read_journal
 
 pytestmark = pytest.mark.criu
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.accounting import parse_duration_s
+from tasks.baseline.accounting import parse_duration_s
 from tests import slurm_cluster
 from tests.conftest import REPO
 

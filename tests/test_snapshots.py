@@ -22,11 +22,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.errors import BlastRadiusError, CkptPocError
-from tasks.exit_diff import diff_snapshots, exit_diff
-from tasks.plan import AllowedChange, Plan, Watch, load_plan
-from tasks.runctx import make_run_context
-from tasks.snapshots import collect, latest_snapshot, take_snapshot
+from tasks.data.errors import BlastRadiusError, CkptPocError
+from tasks.data.plan import AllowedChange, Plan, Watch, load_plan
+from tasks.data.runctx import make_run_context
+from tasks.exit.exit_diff import diff_snapshots, exit_diff
+from tasks.exit.snapshots import collect, latest_snapshot, take_snapshot
 from tests import slurm_cluster
 from tests.conftest import REPO
 
@@ -85,19 +85,17 @@ def diff(plan: Plan, path: Path, a: str, b: str) -> dict:
 
 def test_two_snapshots_of_an_unchanged_machine_diff_clean(write_plan) -> None:
     plan, path = local_plan(write_plan)
-    started = time.monotonic()
     first = snapshot(plan, path, "before_install")
-    took = time.monotonic() - started
     time.sleep(1)
     snapshot(plan, path, "after_uninstall")
     result = diff(plan, path, "before_install", "after_uninstall")
-    # Every kind was observed; a whole machine is thousands of items, read in well under 30 s.
+    # Every kind was observed; a whole machine is thousands of items (bench/snapshot.py
+    # measures how long that takes).
     kinds = set(first["kind"])
     assert {"packages", "units", "files", "sysctls", "processes", "mounts", "users"} <= kinds
     assert {"cron", "ldconfig", "sockets", "excluded"} <= kinds
     assert not first["partial"].any(), first[first["kind"] == "error"]
     assert len(first) > 1000
-    assert took < 30, f"one snapshot took {took:.1f} s"
     assert result["leftovers"] == [], json.dumps(result["leftovers"][:20], indent=1)
     assert result["verdict"] == "clean"
     assert set(result["nodes"]) == {"local-a"}
@@ -377,7 +375,7 @@ def test_a_slurm_node_is_snapshotted_by_a_pinned_job(slurm_env, write_plan) -> N
     assert before.loc[before["key"] == "node:Gres", "value"].iloc[0] == "gpu:2"
     # The job ran the collector: its own srun/slurmstepd family is not in the snapshot.
     procs = " ".join(before.loc[before["kind"] == "processes", "key"])
-    assert "tasks.snapshots collect" not in procs
+    assert "tasks.exit.snapshots collect" not in procs
     dropin = Path(f"/etc/slurm/plugstack.conf.d/ckpt-poc-test-{mark}.conf")
     scontrol = ["scontrol", "update", f"NodeName={node}"]
     try:
@@ -409,7 +407,7 @@ def test_the_collector_runs_as_a_module_and_prints_json() -> None:
         [
             sys.executable,
             "-m",
-            "tasks.snapshots",
+            "tasks.exit.snapshots",
             "collect",
             "--node",
             "n1",

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tasks.stats import (
+from tasks.experiments.stats import (
     StatsInputError,
     bootstrap_ci,
     compare_paired,

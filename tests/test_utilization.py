@@ -1,4 +1,4 @@
-"""Job-level utilization (tasks.utilization): constructed event sequences whose answers are
+"""Job-level utilization (tasks.window.utilization): constructed event sequences whose answers are
 worked out by hand below, then the real recovery experiment's events on the demo plan."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tasks.datasets import EVENTS, UTILIZATION, read_dataset, write_dataset
-from tasks.errors import CkptPocError
-from tasks.plan import Fault, load_plan
-from tasks.runctx import make_run_context
-from tasks.utilization import (
+from tasks.data.datasets import EVENTS, UTILIZATION, read_dataset, write_dataset
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Fault, load_plan
+from tasks.data.runctx import make_run_context
+from tasks.window.utilization import (
     CATEGORIES,
     chain_events,
     classify_chain,
@@ -465,7 +465,7 @@ def test_compute_utilization_reads_committed_events_and_writes_its_rows(tmp_path
 @pytest.fixture
 def criu_path(request: pytest.FixtureRequest) -> str:
     """A working CRIU: $CKPT_POC_CRIU or the project's build, else scripts/install-criu."""
-    from tasks.checkpointers.criu import CriuError, find_criu
+    from tasks.engine.checkpointers.criu import CriuError, find_criu
 
     try:
         return find_criu()
@@ -477,7 +477,7 @@ def criu_path(request: pytest.FixtureRequest) -> str:
 def test_real_recovery_events_add_up_and_managed_loses_less(
     tmp_path: Path, criu_path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tasks.recovery import run_recovery, write_and_gate
+    from tasks.experiments.recovery import run_recovery, write_and_gate
 
     monkeypatch.setenv("CKPT_POC_CRIU", criu_path)
     plan_path = REPO / "plans" / "demo.yaml"

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tasks.datasets import (
+from tasks.data.datasets import (
     EXPOSURE,
     GATES,
     REPORTS,
@@ -25,12 +25,12 @@ from tasks.datasets import (
     read_dataset,
     write_dataset,
 )
-from tasks.fingerprint import FINGERPRINT_COLUMNS
-from tasks.plan import Plan
-from tasks.runctx import RunContext
-from tasks.runs import commit_run
-from tasks.stats import compare_paired, compare_speedup
-from tasks.weekly import (
+from tasks.data.fingerprint import FINGERPRINT_COLUMNS
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext
+from tasks.data.runs import commit_run
+from tasks.experiments.stats import compare_paired, compare_speedup
+from tasks.window.weekly import (
     build_weekly_report,
     daly_interval,
     expected_waste,
@@ -473,7 +473,7 @@ def test_build_weekly_report_writes_rows_and_html(tmp_path: Path) -> None:
 
 
 def test_a_malformed_week_is_refused_clearly() -> None:
-    from tasks.errors import CkptPocError
+    from tasks.data.errors import CkptPocError
 
     for bad in ("2026-W99", "2026-49", "last week"):
         with pytest.raises(CkptPocError, match="is not an ISO week"):
@@ -481,7 +481,7 @@ def test_a_malformed_week_is_refused_clearly() -> None:
 
 
 def test_the_exit_verdict_is_a_row_of_the_week() -> None:
-    from tasks.datasets import EXIT_VERDICTS
+    from tasks.data.datasets import EXIT_VERDICTS
 
     def verdict(node: str, week: str, leftovers: int) -> dict[str, Any]:
         return {

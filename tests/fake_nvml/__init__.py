@@ -1,4 +1,4 @@
-"""Run tasks.sampling.nvml.NvmlSampler against the stand-in libnvidia-ml.so.1 (fake_nvml.c).
+"""Run tasks.window.sampling.nvml.NvmlSampler against the stand-in libnvidia-ml.so.1 (fake_nvml.c).
 
 pynvml dlopens "libnvidia-ml.so.1" once and keeps it for the process lifetime, so every
 scenario runs the sampler in a fresh Python subprocess with LD_LIBRARY_PATH pointing at the
@@ -26,8 +26,8 @@ REPO = HERE.parent.parent
 # What the subprocess runs: attributors from plain dicts, N reads, rows out as JSON.
 _DRIVER = r"""
 import json, sys, time
-from tasks.sampling import Attribution, UNATTRIBUTED
-from tasks.sampling.nvml import NvmlSampler, NvmlUnavailable
+from tasks.window.sampling import Attribution, UNATTRIBUTED
+from tasks.window.sampling.nvml import NvmlSampler, NvmlUnavailable
 
 cfg = json.loads(sys.argv[1])
 by_pid = {int(k): Attribution(**v) for k, v in cfg["pids"].items()}

@@ -1,6 +1,6 @@
 /* A stand-in libnvidia-ml.so.1 for the NVML sampler's contract tests.
  *
- * It implements exactly the NVML entry points pynvml calls for tasks/sampling/nvml.py, with
+ * It implements exactly the NVML entry points pynvml calls for tasks/window/sampling/nvml.py, with
  * the C layouts pynvml's ctypes declares, so pynvml's binding code runs for real against it.
  * Values and errors come from the scenario file named by FAKE_NVML_SCENARIO, one directive a
  * line ('#' starts a comment; <g> is the NVML ordinal):

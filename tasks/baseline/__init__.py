@@ -1,0 +1,1 @@
+"""Stage 1: the scheduler's accounting history -> jobs, exposure, candidates."""

@@ -1,0 +1,409 @@
+"""Baseline exposure from parsed accounting: what failures and time limits cost today.
+
+Per final state of each allocation (every attempt of a requeued job counts): allocations,
+node-hours and GPU-hours (elapsed × gres/gpu / 3600). Exposed GPU-hours are those of states
+where the work was interrupted; resubmission chains show the work users redo by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tasks.baseline.accounting import UNKNOWN_STATE, normalise_state
+
+EXPOSED_STATES = (
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+)
+REPORTED_APART = ("CANCELLED", "REQUEUED")
+CHAIN_GAP_US = 24 * 3600 * 10**6  # a resubmission follows the failure within 24 h
+# Columns of the jobs dataset that exposure reads.
+EXPOSURE_INPUT_COLUMNS = (
+    "cluster",
+    "job_id",
+    "job_id_raw",
+    "user",
+    "account",
+    "job_name",
+    "state",
+    "state_raw",
+    "submit",
+    "start",
+    "end",
+    "elapsed_s",
+    "nnodes",
+    "gpus",
+)
+# Two rows with the same values here are the same attempt captured twice (e.g. live sacct
+# queried in day chunks reports a multi-day job once per day).
+DUPLICATE_KEY = ("cluster", "job_id", "submit", "start", "end", "state_raw")
+
+LIMITATIONS = (
+    "A job that reached its time limit did not necessarily lose all of its work: these "
+    "numbers show where loss is concentrated, not how much was lost.",
+    "The application's own checkpoints are invisible in accounting data: a failed job that "
+    "resumed from its own checkpoint counts as fully exposed here.",
+    "A cancellation is ambiguous (a user fixing a mistake, or work abandoned after a hang): "
+    "CANCELLED is reported apart and not counted as exposed.",
+    "REQUEUED attempts are reported apart: Slurm restarted them, so their loss depends on "
+    "whether the job resumes from a checkpoint.",
+    "Resubmission chains are inferred from (user, account, job name) and submit times within "
+    "24 h of a non-COMPLETED end; an attempt requeued under the same job id is not a "
+    "resubmission.",
+)
+
+
+@dataclass(frozen=True)
+class Exposure:
+    by_state: pd.DataFrame  # index: state; allocations, node_hours, gpu_hours
+    exposed_gpu_hours: float
+    timeout_gpu_hours: float
+    chains: list[list[str]]
+    candidates: pd.DataFrame  # ranked workloads
+    duplicates_ignored: int
+    window: tuple[pd.Timestamp | None, pd.Timestamp | None]
+    # Measure → "the dump lacks X, Y" (tasks.baseline.accounting.not_computed): such a measure is
+    # null in the summary, never a zero.
+    not_computed: dict[str, str] = field(default_factory=dict)
+
+    def summary(self, rows_read: int, rows_quarantined: int) -> dict[str, Any]:
+        """The JSON summary, with exactly the keys the CLI promises."""
+        bs = self.by_state
+
+        def measured(key: str, value: Any) -> Any:
+            return None if key in self.not_computed else value
+
+        return {
+            "rows_read": int(rows_read),
+            "rows_quarantined": int(rows_quarantined),
+            "allocations_by_state": {s: int(v) for s, v in bs["allocations"].items()},
+            "node_hours_by_state": measured(
+                "node_hours_by_state", {s: float(v) for s, v in bs["node_hours"].items()}
+            ),
+            "gpu_hours_by_state": measured(
+                "gpu_hours_by_state", {s: float(v) for s, v in bs["gpu_hours"].items()}
+            ),
+            "exposed_gpu_hours": measured("exposed_gpu_hours", float(self.exposed_gpu_hours)),
+            "timeout_gpu_hours": measured("timeout_gpu_hours", float(self.timeout_gpu_hours)),
+            "chains": measured("chains", self.chains),
+            "not_computed": dict(self.not_computed),
+        }
+
+
+Jobs = pa.Table | pd.DataFrame
+
+
+def as_table(jobs: Jobs) -> pa.Table:
+    return jobs if isinstance(jobs, pa.Table) else pa.Table.from_pandas(jobs, preserve_index=False)
+
+
+def allocations_only(jobs: Jobs) -> tuple[pa.Table, int]:
+    """Allocation rows (not steps), exact duplicate captures dropped; (rows, duplicates)."""
+    table = as_table(jobs)
+    # Select first: filtering copies every column it keeps.
+    table = table.select(
+        [c for c in (*EXPOSURE_INPUT_COLUMNS, "is_allocation") if c in table.column_names]
+    )
+    if "is_allocation" in table.column_names:
+        is_alloc = pc.fill_null(table.column("is_allocation"), False)
+        if not pc.all(is_alloc).as_py():
+            table = table.filter(is_alloc)
+        table = table.drop_columns("is_allocation")
+    table = table.unify_dictionaries()
+    if table.num_rows == 0:
+        return table, 0
+    # Only rows whose raw job id repeats can be duplicate captures (or requeue attempts):
+    # group just those on the full key, which is far cheaper than grouping every row.
+    suspect = pa.array(_repeats(table.column("job_id_raw")))
+    if not pc.any(suspect).as_py():
+        return table, 0
+    rows = pa.array(np.arange(table.num_rows))
+    keyed = table.filter(suspect).append_column("_row", rows.filter(suspect))
+    first = keyed.group_by(list(DUPLICATE_KEY), use_threads=False).aggregate([("_row", "min")])
+    duplicates = keyed.num_rows - first.num_rows
+    if duplicates:
+        drop = pc.invert(pc.is_in(keyed.column("_row"), first.column("_row_min")))
+        keep = pc.invert(pc.is_in(rows, keyed.column("_row").filter(drop)))
+        table = table.filter(keep)
+    return table, duplicates
+
+
+def _numeric_ids(col: pa.ChunkedArray) -> np.ndarray | None:
+    """Raw job ids as int64 when they all are numbers (sacct's always are), else None."""
+    try:
+        return pc.cast(col, pa.int64()).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def _repeats(col: pa.ChunkedArray) -> np.ndarray:
+    """Mask of rows whose value occurs more than once."""
+    ids = _numeric_ids(col)
+    if ids is not None and not col.null_count:
+        return pd.Series(ids).duplicated(keep=False).to_numpy()
+    return pd.Series(_codes(col)[0]).duplicated(keep=False).to_numpy()
+
+
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """Integer codes and the distinct values they index (nulls share one code)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = pc.dictionary_encode(arr)
+    values = arr.dictionary.to_pylist()
+    codes = pc.fill_null(arr.indices, len(values)).to_numpy(zero_copy_only=False)
+    return codes.astype(np.int64), [*values, None]
+
+
+def _numbers(table: pa.Table, name: str) -> np.ndarray:
+    return pc.fill_null(table.column(name), 0).to_numpy().astype(np.float64)
+
+
+def _epoch_us(table: pa.Table, name: str) -> np.ndarray:
+    """Microseconds since the epoch; missing times become NaT-like int64 min."""
+    col = pc.cast(table.column(name), pa.timestamp("us", tz="UTC")).cast(pa.int64())
+    return pc.fill_null(col, np.iinfo(np.int64).min).to_numpy()
+
+
+@dataclass(frozen=True)
+class _Hours:
+    state_codes: np.ndarray
+    states: list[Any]
+    node_hours: np.ndarray
+    gpu_hours: np.ndarray
+
+
+def state_codes(alloc: pa.Table) -> tuple[np.ndarray, list[Any]]:
+    """Codes and names of each allocation's final state; a state sacct does not document
+    (``state`` UNKNOWN) goes under its own name, read from ``state_raw``."""
+    codes, states = _codes(alloc.column("state"))
+    if UNKNOWN_STATE not in states or "state_raw" not in alloc.column_names:
+        return codes, states
+    raw_codes, raw_states = _codes(alloc.column("state_raw"))
+    index: dict[Any, int] = {}
+    known = np.array([index.setdefault(s, len(index)) for s in states], dtype=np.int64)
+    named = np.array(
+        [index.setdefault(normalise_state(s), len(index)) for s in raw_states], dtype=np.int64
+    )
+    unknown = codes == states.index(UNKNOWN_STATE)
+    return np.where(unknown, named[raw_codes], known[codes]), list(index)
+
+
+def _hours(alloc: pa.Table) -> _Hours:
+    elapsed = _numbers(alloc, "elapsed_s")
+    codes, states = state_codes(alloc)
+    return _Hours(
+        codes,
+        states,
+        elapsed * _numbers(alloc, "nnodes") / 3600.0,
+        elapsed * _numbers(alloc, "gpus") / 3600.0,
+    )
+
+
+def exposure_by_state(alloc: pa.Table, hours: _Hours | None = None) -> pd.DataFrame:
+    h = hours or _hours(alloc)
+    k = len(h.states)
+    out = pd.DataFrame(
+        {
+            "allocations": np.bincount(h.state_codes, minlength=k).astype(np.int64),
+            "node_hours": np.bincount(h.state_codes, h.node_hours, minlength=k),
+            "gpu_hours": np.bincount(h.state_codes, h.gpu_hours, minlength=k),
+        },
+        index=pd.Index([str(s) for s in h.states], name="state"),
+    )
+    return out[out["allocations"] > 0].sort_index()
+
+
+def _workload_key(table: pa.Table, columns: tuple[str, ...]) -> np.ndarray:
+    """One int64 per distinct combination of the columns (sortable, comparable)."""
+    key = np.zeros(table.num_rows, dtype=np.int64)
+    for name in columns:
+        codes, values = _codes(table.column(name))
+        if key.max(initial=0) >= (1 << 62) // len(values):
+            # Re-densify so the product of cardinalities never overflows int64.
+            key = np.unique(key, return_inverse=True)[1].astype(np.int64)
+        key = key * len(values) + codes
+    return key
+
+
+def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
+    """Resubmission chains in submit order, each allocation's chain number (-1: none), and
+    each chain's first submit time (epoch µs) so chains from several partitions can merge.
+
+    A later allocation of the same (user, account, job name) continues a chain when it was
+    submitted within 24 h after the previous one ended in a state other than COMPLETED.
+    Attempts of one job id (requeues) stay in one link of the chain.
+    """
+    alloc = as_table(alloc)
+    n = alloc.num_rows
+    chain_of = np.full(n, -1, dtype=np.int64)
+    if n == 0:
+        return [], chain_of, []
+    missing = np.iinfo(np.int64).min
+    submit, end = _epoch_us(alloc, "submit"), _epoch_us(alloc, "end")
+    key = _workload_key(alloc, ("user", "account", "job_name"))
+    state_codes, states = _codes(alloc.column("state"))
+    completed = np.array([s == "COMPLETED" for s in states])[state_codes]
+    sort_submit = np.where(submit == missing, np.iinfo(np.int64).max, submit)
+    order = np.lexsort((sort_submit, key))
+    k, s, e, ok = key[order], submit[order], end[order], completed[order]
+    del sort_submit, completed
+    same_key = np.zeros(n, dtype=bool)
+    same_key[1:] = k[1:] == k[:-1]
+    # Same job (a requeue): neighbours with the same cluster and raw id.
+    cluster = _codes(alloc.column("cluster"))[0][order]
+    raw_ids = _numeric_ids(alloc.column("job_id_raw"))
+    raw = raw_ids[order] if raw_ids is not None else _codes(alloc.column("job_id_raw"))[0][order]
+    same_job = np.zeros(n, dtype=bool)
+    same_job[1:] = same_key[1:] & (raw[1:] == raw[:-1]) & (cluster[1:] == cluster[:-1])
+    del cluster, raw, raw_ids
+    gap = np.zeros(n, dtype=np.int64)
+    gap[1:] = s[1:] - e[:-1]
+    known = np.zeros(n, dtype=bool)
+    known[1:] = (s[1:] != missing) & (e[:-1] != missing)
+    prev_failed = np.zeros(n, dtype=bool)
+    prev_failed[1:] = ~ok[:-1]
+    resubmitted = same_key & prev_failed & known & (gap >= 0) & (gap <= CHAIN_GAP_US)
+    link = same_job | resubmitted
+    group = np.cumsum(~link) - 1  # contiguous and increasing in sorted order
+    # A chain is a linked group holding at least two distinct job ids.
+    distinct_jobs = np.bincount(group, weights=(~same_job).astype(np.int64))
+    in_chain = distinct_jobs[group] >= 2
+    members = in_chain & ~same_job
+    chain_groups, starts = np.unique(group[members], return_index=True)
+    if not len(starts):
+        return [], chain_of, []
+    ids = np.asarray(
+        pc.cast(alloc.column("job_id"), pa.string()).take(pa.array(order[members])).to_pylist(),
+        dtype=object,
+    )
+    chains = np.split(ids, starts[1:])
+    # Chains in the order their first allocation was submitted.
+    first_submit = s[members][starts]
+    by_time = np.argsort(first_submit, kind="stable")
+    rank_of_group = np.empty(len(chain_groups), dtype=np.int64)
+    rank_of_group[by_time] = np.arange(len(chain_groups))
+    pos = np.searchsorted(chain_groups, group)
+    found = in_chain & (pos < len(chain_groups))
+    chain_of[order[found]] = rank_of_group[pos[found]]
+    return (
+        [[str(x) for x in chains[i]] for i in by_time],
+        chain_of,
+        [int(first_submit[i]) for i in by_time],
+    )
+
+
+def rank_candidates(
+    alloc: pa.Table, chain_of: np.ndarray, top: int | None = 20, hours: _Hours | None = None
+) -> pd.DataFrame:
+    """Workloads (account, job name) ranked by exposed GPU-hours, then by recurrence."""
+    h = hours or _hours(alloc)
+    account, accounts = _codes(alloc.column("account"))
+    name, names = _codes(alloc.column("job_name"))
+    workload = account * len(names) + name
+    keys, inverse = np.unique(workload, return_inverse=True)
+    k = len(keys)
+    exposed_state = np.array([s in EXPOSED_STATES for s in h.states])[h.state_codes]
+    timeout_state = np.array([s == "TIMEOUT" for s in h.states])[h.state_codes]
+    in_chain = chain_of >= 0
+    chain_pairs = np.unique(np.stack([inverse[in_chain], chain_of[in_chain]]), axis=1)
+    out = pd.DataFrame(
+        {
+            "workload": [f"{accounts[c // len(names)]}/{names[c % len(names)]}" for c in keys],
+            "allocations": np.bincount(inverse, minlength=k).astype(np.int64),
+            "node_hours": np.bincount(inverse, h.node_hours, minlength=k),
+            "gpu_hours": np.bincount(inverse, h.gpu_hours, minlength=k),
+            "exposed_gpu_hours": np.bincount(inverse, h.gpu_hours * exposed_state, minlength=k),
+            "timeout_gpu_hours": np.bincount(inverse, h.gpu_hours * timeout_state, minlength=k),
+            "exposed_allocations": np.bincount(inverse, exposed_state, minlength=k).astype(
+                np.int64
+            ),
+            "chains": np.bincount(chain_pairs[0], minlength=k).astype(np.int64),
+        }
+    )
+    return order_candidates(out, top)
+
+
+def order_candidates(cands: pd.DataFrame, top: int | None) -> pd.DataFrame:
+    """Keep workloads with exposure, rank by exposed GPU-hours, then recurrence."""
+    out = cands[cands["exposed_allocations"] > 0].sort_values(
+        ["exposed_gpu_hours", "exposed_allocations", "chains", "workload"],
+        ascending=[False, False, False, True],
+        kind="stable",
+    )
+    if top is not None:
+        out = out.head(top)
+    out = out.reset_index(drop=True)
+    out["rank"] = np.arange(1, len(out) + 1)
+    return out
+
+
+def _time_bound(alloc: pa.Table, name: str, fn: str) -> pd.Timestamp | None:
+    if alloc.num_rows == 0:
+        return None
+    value = getattr(pc, fn)(alloc.column(name)).as_py()
+    return pd.Timestamp(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class ExposurePart:
+    """Exposure of one set of allocations holding every allocation of its (user, account,
+    job name) keys; parts combine into the whole (the out-of-core path makes many)."""
+
+    by_state: pd.DataFrame
+    chains: list[tuple[int, list[str]]]  # (first submit µs, job ids)
+    candidates: pd.DataFrame  # every workload with exposure, unranked
+    duplicates: int
+    window: tuple[pd.Timestamp | None, pd.Timestamp | None]
+
+
+def exposure_part(jobs: Jobs, with_chains: bool = True) -> ExposurePart:
+    """``with_chains=False`` where the dump lacks what chains need: none are looked for."""
+    alloc, duplicates = allocations_only(jobs)
+    hours = _hours(alloc)
+    if with_chains:
+        chains, chain_of, first = find_chains(alloc)
+    else:
+        chains, chain_of, first = [], np.full(alloc.num_rows, -1, dtype=np.int64), []
+    return ExposurePart(
+        by_state=exposure_by_state(alloc, hours),
+        chains=list(zip(first, chains, strict=True)),
+        candidates=rank_candidates(alloc, chain_of, top=None, hours=hours),
+        duplicates=duplicates,
+        window=(_time_bound(alloc, "submit", "min"), _time_bound(alloc, "end", "max")),
+    )
+
+
+def combine_parts(parts: list[ExposurePart], top: int = 20) -> Exposure:
+    by_state = pd.concat([p.by_state for p in parts]).groupby(level=0).sum().sort_index()
+    gpu = by_state["gpu_hours"]
+    # In order of first submit; ties (same second) by job ids, so every path agrees.
+    chains = [ids for _, ids in sorted(c for p in parts for c in p.chains)]
+    # A workload (account, job name) can span parts, which are keyed by user too.
+    cands = pd.concat([p.candidates for p in parts], ignore_index=True).drop(columns="rank")
+    cands = cands.groupby("workload", as_index=False).sum()
+    starts = [p.window[0] for p in parts if p.window[0] is not None]
+    ends = [p.window[1] for p in parts if p.window[1] is not None]
+    return Exposure(
+        by_state=by_state,
+        exposed_gpu_hours=float(gpu[gpu.index.isin(EXPOSED_STATES)].sum()),
+        timeout_gpu_hours=float(gpu.get("TIMEOUT", 0.0)),
+        chains=chains,
+        candidates=order_candidates(cands, top),
+        duplicates_ignored=sum(p.duplicates for p in parts),
+        window=(min(starts) if starts else None, max(ends) if ends else None),
+    )
+
+
+def compute_exposure(jobs: Jobs, with_chains: bool = True) -> Exposure:
+    return combine_parts([exposure_part(jobs, with_chains)])

@@ -1,0 +1,667 @@
+"""Dataset declarations and the one store that writes and reads them.
+
+Each dataset is declared once (``DatasetSpec``): its columns with types, bounds and allowed
+values, its key, and the timestamp column whose ISO week partitions it. The declaration
+produces the pyarrow schema (writer), the pandas dtypes (readers, pandas and Dask) and the
+Great Expectations suite (``tasks.data.gates``); ``tests/test_datasets.py`` asserts they agree.
+
+Layout: ``<data_dir>/<poc>/<dataset>/week=YYYY-Www/<run_id>[-partNNNN].parquet``, written
+atomically (temp file + rename), append-only: an existing file is never rewritten.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from tasks.data.errors import DatasetError
+from tasks.data.fingerprint import FINGERPRINT_COLUMNS
+from tasks.data.plan import SAMPLE_UNITS, SNAPSHOT_KINDS
+from tasks.data.runs import committed_run_ids, run_id_of
+from tasks.data.slurm_states import SLURM_STATES
+
+SCHEMA_VERSION = "1"
+WEEK_PARTITION = "week"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    nullable: bool = True
+    allowed: tuple[str, ...] | None = None
+    min: float | None = None
+    max: float | None = None
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+    week_from: str  # timestamp column whose ISO week names the partition
+    doc: str = ""
+    version: str = SCHEMA_VERSION
+    _by_name: dict[str, Column] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.columns]
+        if len(set(names)) != len(names):
+            raise DatasetError(f"dataset {self.name}: duplicate column names")
+        for k in (*self.key, self.week_from):
+            if k not in names:
+                raise DatasetError(f"dataset {self.name}: key/week column {k!r} not declared")
+        self._by_name.update({c.name: c for c in self.columns})
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    def column(self, name: str) -> Column:
+        return self._by_name[name]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        fields = [pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns]
+        meta = {"ckpt_poc.dataset": self.name, "ckpt_poc.schema_version": self.version}
+        return pa.schema(fields, metadata=meta)
+
+    @property
+    def pandas_dtypes(self) -> dict[str, Any]:
+        """The dtypes every reader normalises to (pandas and Dask alike)."""
+        return {c.name: _pandas_dtype(c.type) for c in self.columns}
+
+
+def _pandas_dtype(t: pa.DataType) -> Any:
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return pd.StringDtype("pyarrow")
+    if pa.types.is_integer(t):
+        return pd.ArrowDtype(t)
+    if pa.types.is_floating(t):
+        return "float64"
+    if pa.types.is_boolean(t):
+        return pd.ArrowDtype(pa.bool_())
+    if pa.types.is_timestamp(t):
+        return pd.ArrowDtype(pa.timestamp("us", tz="UTC"))
+    if pa.types.is_date(t):
+        return pd.ArrowDtype(t)
+    raise DatasetError(f"no pandas dtype for arrow type {t}")
+
+
+TS = pa.timestamp("us", tz="UTC")
+S = pa.string()
+I64 = pa.int64()
+F64 = pa.float64()
+
+_FP = tuple(
+    Column(name, I64 if name in ("fp_cores", "fp_mem_bytes", "fp_gpu_count") else S, False)
+    for name in FINGERPRINT_COLUMNS
+)
+ARMS = ("managed", "unmanaged")
+_RUN = (
+    Column("poc", S, False, doc="the plan's poc name"),
+    Column("run_id", S, False, doc="the run that wrote the row"),
+)
+
+JOBS = DatasetSpec(
+    name="jobs",
+    doc="One row per parsed sacct row (allocations and steps), identities pseudonymised.",
+    key=("cluster", "job_id_raw", "step", "submit", "state"),
+    week_from="submit",
+    columns=(
+        *_RUN,
+        Column("cluster", S, False),
+        Column("job_id", S, False, doc="as sacct shows it: 123, 123_4, 123+0"),
+        Column("job_id_raw", S, False, doc="the numeric id Slurm allocated"),
+        Column("array_job_id", S, doc="123 for array task 123_4"),
+        Column("array_task_id", S, doc="4 for 123_4"),
+        Column("het_job_id", S, doc="123 for het component 123+0"),
+        Column("het_offset", I64, min=0),
+        Column("step", S, doc="null for an allocation; batch, extern, interactive, 0, 1, …"),
+        Column("is_allocation", pa.bool_(), False),
+        Column("partition", S),
+        Column("user", S, False, doc="pseudonym (HMAC)"),
+        Column("account", S, False, doc="pseudonym (HMAC)"),
+        Column("job_name", S, False, doc="plain, or a pseudonym when the plan asks"),
+        Column("state", S, False, allowed=SLURM_STATES),
+        Column("state_raw", S, False),
+        Column("exit_code", I64, min=0, max=255),
+        Column("exit_signal", I64, min=0, max=255),
+        Column("submit", TS),
+        Column("start", TS),
+        Column("end", TS),
+        Column("elapsed_s", I64, False, min=0),
+        Column("timelimit_s", I64, min=0, doc="null for UNLIMITED / Partition_Limit"),
+        Column("timelimit_raw", S),
+        Column("nnodes", I64, False, min=0),
+        Column("ncpus", I64, False, min=0),
+        Column("gpus", I64, False, min=0),
+        Column("mem_bytes", I64, min=0),
+        Column("node_list", S),
+        Column("source_line", I64, False, min=1, doc="line in the input, for tracing"),
+        *_FP,
+    ),
+)
+
+QUARANTINE = DatasetSpec(
+    name="quarantine",
+    doc="Input rows that could not be parsed, with the reason; never silently dropped.",
+    key=("run_id", "source", "source_line"),
+    week_from="read_at",
+    columns=(
+        *_RUN,
+        Column("source", S, False, doc="file path or 'sacct-live'"),
+        Column("source_line", I64, False, min=0),
+        Column("reason", S, False),
+        Column("raw", S, False, doc="the row as read, identities pseudonymised where parsed"),
+        Column("read_at", TS, False),
+        *_FP,
+    ),
+)
+
+EXPOSURE = DatasetSpec(
+    name="exposure",
+    doc="Baseline exposure: totals per final allocation state, and ranked candidate workloads.",
+    key=("run_id", "kind", "state", "workload"),
+    week_from="computed_at",
+    columns=(
+        *_RUN,
+        Column("kind", S, False, allowed=("state", "candidate")),
+        Column("state", S, doc="the final state (kind=state)"),
+        Column("workload", S, doc="account/job name pseudonym pair (kind=candidate)"),
+        Column("allocations", I64, False, min=0),
+        Column("node_hours", F64, False, min=0),
+        Column("gpu_hours", F64, False, min=0),
+        Column("exposed_gpu_hours", F64, False, min=0),
+        Column("timeout_gpu_hours", F64, False, min=0),
+        Column("exposed_allocations", I64, False, min=0),
+        Column("chains", I64, False, min=0),
+        Column("rank", I64, min=1),
+        Column("window_start", TS),
+        Column("window_end", TS),
+        Column("computed_at", TS, False),
+        Column("provenance", S, False, allowed=("measured",)),
+        *_FP,
+    ),
+)
+
+GATES = DatasetSpec(
+    name="gates",
+    doc="Every gate check that ran: which expectation, on what, and whether it held.",
+    key=("run_id", "gate", "dataset", "expectation", "column"),
+    week_from="checked_at",
+    columns=(
+        *_RUN,
+        Column("gate", S, False),
+        Column("dataset", S, False),
+        Column("expectation", S, False),
+        Column("column", S),
+        Column("success", pa.bool_(), False),
+        Column("observed", S, doc="what the check saw, as JSON"),
+        Column("checked_at", TS, False),
+        *_FP,
+    ),
+)
+
+EVENTS = DatasetSpec(
+    name="events",
+    doc="Every moment that matters, on one clock: a clock is a pair of event names.",
+    key=("run_id", "trial_id", "arm", "event", "t_mono_ns"),
+    week_from="t_wall",
+    columns=(
+        *_RUN,
+        Column("trial_id", S, False),
+        Column("arm", S, False, allowed=ARMS),
+        Column("event", S, False),
+        Column("t_wall", TS, False, doc="UTC wall clock, for people and partitions"),
+        Column("t_mono_ns", I64, False, min=0, doc="CLOCK_MONOTONIC ns: durations use this"),
+        Column("host", S, False),
+        Column("detail", S, doc="JSON: what the event carries (step, bytes, pid, …)"),
+        *_FP,
+    ),
+)
+
+TRIALS = DatasetSpec(
+    name="trials",
+    doc="One row per trial of an experiment, failed ones included with their reason.",
+    key=("run_id", "measure", "trial_id", "arm"),
+    week_from="started_at",
+    columns=(
+        *_RUN,
+        Column("measure", S, False, allowed=("recovery", "overhead", "cold_start", "checkpoint")),
+        Column("trial_id", S, False),
+        Column("arm", S, False, allowed=ARMS),
+        Column("fault", S),
+        Column("repeat", I64, False, min=0),
+        Column("status", S, False, allowed=("ok", "failed")),
+        Column("reason", S, doc="why a failed trial failed"),
+        Column("started_at", TS, False),
+        Column("recovery_s", F64, min=0),
+        Column("detection_s", F64, min=0),
+        Column("scheduling_s", F64, min=0),
+        Column("restore_s", F64, min=0),
+        Column("warmup_s", F64, min=0),
+        Column("includes", S, doc="the components recovery_s covers"),
+        Column("work_lost_gpu_h", F64, min=0),
+        Column("work_lost_s", F64, min=0, doc="compute time since the recoverable point"),
+        Column("steps_lost", I64, min=0),
+        Column("recoverable_point", S, allowed=("checkpoint", "app_checkpoint", "start")),
+        Column("checkpoint_bytes", I64, min=0),
+        Column("gpus", I64, False, min=0),
+        Column("gpus_from", S, False, allowed=("allocation", "plan")),
+        Column("clock", S, False),
+        Column("workload_hash", S, False),
+        Column("nodes", S, False),
+        Column("detect_latency_ms", F64, min=0, doc="observation latency of `detected`"),
+        Column("serving_latency_ms", F64, min=0, doc="observation latency of `serving_again`"),
+        Column("job_id", S, doc="the scheduler's id of the interrupted job (Slurm)"),
+        Column("recovery_job_id", S, doc="the job that brought it back, linked to job_id"),
+        Column("fault_outcome", S, doc="what the scheduler or OS reported for the fault"),
+        # overhead: one timed run of the workload
+        Column(
+            "variant", S, allowed=("steady", "checkpointing"), doc="what an overhead run measures"
+        ),
+        Column("pair", I64, min=0, doc="the A/B pair an overhead run belongs to"),
+        Column("run_s", F64, min=0, doc="first to last progress step of the run"),
+        Column("steps", I64, min=0),
+        Column("steps_per_s", F64, min=0),
+        # cold start: launch (native) or restore start (managed) to ready
+        Column("ready_s", F64, min=0),
+        Column("restore_gbps", F64, min=0, doc="checkpoint bytes / CRIU restore seconds / 1e9"),
+        Column("page_cache", S, allowed=("dropped", "warm"), doc="before the start was timed"),
+        # checkpoint: one CRIU dump
+        Column("dump_s", F64, min=0),
+        Column("freeze_s", F64, min=0, doc="how long CRIU kept the workload frozen"),
+        *_FP,
+    ),
+)
+
+SAMPLE_SOURCES = ("nvml", "procfs", "prometheus", "import")
+
+SAMPLES = DatasetSpec(
+    name="samples",
+    doc=(
+        "The long window: one row per (entity, metric, interval) a sampler read; each row "
+        "covers its whole interval [t_from, t_to]. `device` says whose data it is: a CPU row "
+        "is never a GPU row, and `metric` keeps a duty cycle apart from SM activity."
+    ),
+    key=("node", "source", "entity", "metric", "t_to"),
+    week_from="t_to",
+    columns=(
+        *_RUN,
+        Column("node", S, False, doc="the plan's test node"),
+        Column("source", S, False, allowed=SAMPLE_SOURCES),
+        Column(
+            "entity",
+            S,
+            False,
+            doc="GPU UUID (nvml), 'host' or 'pid:N' (procfs), a series label (prometheus), "
+            "the export's entity (import)",
+        ),
+        Column("device", S, False, allowed=("gpu", "cpu", "unknown")),
+        Column("gpu_uuid", S, doc="the GPU by UUID; the NVML index alone never names a GPU"),
+        Column("gpu_index", I64, min=0, doc="NVML ordinal at sampling time, informative only"),
+        Column(
+            "metric",
+            S,
+            False,
+            doc="gpu_utilization (driver duty cycle), sm_activity, sm_occupancy, "
+            "memory_used_bytes, power_w, process_sm_utilization, cpu_utilization, …",
+        ),
+        Column("unit", S, False, allowed=SAMPLE_UNITS),
+        Column("value", F64, False),
+        Column("t_from", TS, False, doc="start of the interval the value covers"),
+        Column("t_to", TS, False, doc="end of the interval (the read)"),
+        Column("points", I64, False, min=1, doc="driver/exporter readings the value averages"),
+        Column("pid", I64, min=0, doc="the process a per-process row is about"),
+        Column("job_id", S, doc="the scheduler's job (Slurm id) or the local run's copy"),
+        Column("arm", S, allowed=ARMS),
+        Column("workload", S, doc="the plan's workload name when the sample is a PoC job's"),
+        Column("trial_id", S),
+        Column(
+            "attributed_by",
+            S,
+            False,
+            allowed=("env", "cgroup", "gres", "cuda_visible_devices", "label", "none"),
+            doc="how the row was tied to a job; 'none': no PoC job (kept, labelled)",
+        ),
+        *_FP,
+    ),
+)
+
+SAMPLE_GAPS = DatasetSpec(
+    name="sample_gaps",
+    doc="Every stretch of the window that has no samples, with why: gaps are rows, never silent.",
+    key=("node", "source", "entity", "metric", "t_from"),
+    week_from="t_from",
+    columns=(
+        *_RUN,
+        Column("node", S, False),
+        Column("source", S, False, allowed=SAMPLE_SOURCES),
+        Column("entity", S, doc="null: the whole node"),
+        Column("metric", S, doc="null: every metric"),
+        Column("t_from", TS, False),
+        Column("t_to", TS, False),
+        Column("gap_s", F64, False, min=0),
+        Column("reason", S, False),
+        Column(
+            "detected_by",
+            S,
+            False,
+            allowed=("sampler", "next_run", "import", "prometheus"),
+            doc="the run itself, or the next run finding a span no run covered",
+        ),
+        *_FP,
+    ),
+)
+
+UTILIZATION = DatasetSpec(
+    name="utilization",
+    doc=(
+        "Job-level utilization per arm, ISO week and workload (DESIGN §4): the allocation "
+        "split into delivered, lost and idle (checkpointing, recovery, other) GPU-hours, "
+        "which add up to it exactly; goodput = delivered / allocated."
+    ),
+    key=("run_id", "week", "arm", "workload"),
+    week_from="week_start",
+    columns=(
+        *_RUN,
+        Column("week", S, False, doc="ISO week YYYY-Www"),
+        Column("week_start", TS, False),
+        Column("arm", S, False, allowed=ARMS),
+        Column("workload", S, False),
+        Column("jobs", I64, False, min=0, doc="attempts (copies) that held an allocation"),
+        Column("allocated_gpu_h", F64, False, min=0),
+        Column("delivered_gpu_h", F64, False, min=0),
+        Column("lost_gpu_h", F64, False, min=0),
+        Column("idle_checkpoint_gpu_h", F64, False, min=0, doc="frozen for a checkpoint"),
+        Column("idle_recovery_gpu_h", F64, False, min=0, doc="fault → serving again"),
+        Column("idle_other_gpu_h", F64, False, min=0, doc="allocated, not progressing"),
+        Column("goodput", F64, min=0, max=1, doc="delivered / allocated; null: no allocation"),
+        Column("busy_fraction", F64, min=0, doc="mean of the samples over the allocation"),
+        Column("busy_metric", S, doc="the sample metric busy_fraction comes from"),
+        Column("samples", I64, False, min=0),
+        Column("computed_at", TS, False),
+        *_FP,
+    ),
+)
+
+REPORTS = DatasetSpec(
+    name="reports",
+    doc=(
+        "The weekly report: one row per (measure, arm, week), measured or extrapolated "
+        "(with its inputs), against the plan's threshold."
+    ),
+    key=("run_id", "week", "measure", "arm"),
+    week_from="week_start",
+    columns=(
+        *_RUN,
+        Column("week", S, False),
+        Column("week_start", TS, False),
+        Column("measure", S, False),
+        Column("arm", S, False, allowed=(*ARMS, "both")),
+        Column("n", I64, False, min=0),
+        Column("value", F64),
+        Column("ci_low", F64),
+        Column("ci_high", F64),
+        Column("unit", S, False),
+        Column("method", S, False, doc="how value and CI were computed"),
+        Column("basis", S, False, allowed=("measured", "extrapolated")),
+        Column("inputs", S, doc="JSON: the rows and figures an extrapolated value came from"),
+        Column("threshold", F64),
+        Column(
+            "verdict",
+            S,
+            False,
+            allowed=("met", "not met", "undecided", "no data", "blocked", "info"),
+            doc="undecided: the CI straddles the threshold (more runs decide)",
+        ),
+        Column("note", S, doc="why the verdict is what it is"),
+        Column(
+            "segment", I64, False, min=0, doc="comparability segment; a change point starts one"
+        ),
+        Column("computed_at", TS, False),
+        *_FP,
+    ),
+)
+
+SNAPSHOTS = DatasetSpec(
+    name="snapshots",
+    doc=(
+        "A node observed at one phase (before_install, after_install, after_uninstall, or "
+        "any name): one row per item. A snapshot that could not read something says so in a "
+        "row of kind 'error' and is marked partial: it is never diffed as if whole."
+    ),
+    key=("run_id", "node", "phase", "kind", "key"),
+    week_from="taken_at",
+    columns=(
+        *_RUN,
+        Column("node", S, False),
+        Column("phase", S, False),
+        Column("kind", S, False, allowed=(*SNAPSHOT_KINDS, "error", "excluded")),
+        Column("key", S, False, doc="what the item is: a path, a package, a unit, a sysctl"),
+        Column("value", S, doc="what it is like: a hash, a version, a state (JSON if several)"),
+        Column("partial", pa.bool_(), False, doc="the snapshot missed something (see 'error')"),
+        Column("taken_at", TS, False),
+        *_FP,
+    ),
+)
+
+EXIT_DIFF = DatasetSpec(
+    name="exit_diff",
+    doc="What differs between two snapshots of a node that the plan does not allow: leftovers.",
+    key=("run_id", "node", "kind", "key"),
+    week_from="diffed_at",
+    columns=(
+        *_RUN,
+        Column("node", S, False),
+        Column("from_phase", S, False),
+        Column("to_phase", S, False),
+        Column("kind", S, False, allowed=SNAPSHOT_KINDS),
+        Column("key", S, False),
+        Column("change", S, False, allowed=("added", "removed", "changed")),
+        Column("before", S),
+        Column("after", S),
+        Column("diffed_at", TS, False),
+        *_FP,
+    ),
+)
+
+EXIT_VERDICTS = DatasetSpec(
+    name="exit_verdicts",
+    doc="One row per node and exit diff: the verdict, clean or how many leftovers.",
+    key=("run_id", "node"),
+    week_from="diffed_at",
+    columns=(
+        *_RUN,
+        Column("node", S, False),
+        Column("from_phase", S, False),
+        Column("to_phase", S, False),
+        Column("verdict", S, False, allowed=("clean", "leftovers")),
+        Column("leftovers", I64, False, min=0),
+        Column("items_compared", I64, False, min=0),
+        Column("diffed_at", TS, False),
+        *_FP,
+    ),
+)
+
+DATASETS: dict[str, DatasetSpec] = {
+    d.name: d
+    for d in (
+        JOBS,
+        QUARANTINE,
+        EXPOSURE,
+        GATES,
+        EVENTS,
+        TRIALS,
+        SAMPLES,
+        SAMPLE_GAPS,
+        UTILIZATION,
+        REPORTS,
+        SNAPSHOTS,
+        EXIT_DIFF,
+        EXIT_VERDICTS,
+    )
+}
+
+
+# --- the store -------------------------------------------------------------------------------
+
+
+def dataset_dir(data_dir: str | Path, poc: str, spec: DatasetSpec) -> Path:
+    return Path(data_dir) / poc / spec.name
+
+
+def _week_labels(table: pa.Table, spec: DatasetSpec) -> pa.Array:
+    """ISO week label per row, worked out once per distinct UTC day and spread back."""
+    days = pc.dictionary_encode(
+        pc.floor_temporal(table.column(spec.week_from).combine_chunks(), unit="day")
+    )
+    distinct = days.dictionary
+    labels = pc.binary_join_element_wise(
+        pc.cast(pc.iso_year(distinct), pa.string()),
+        pc.utf8_lpad(pc.cast(pc.iso_week(distinct), pa.string()), 2, "0"),
+        "-W",
+    )
+    return pc.fill_null(pc.take(labels, days.indices), "unknown")
+
+
+def conform(table: pa.Table | pd.DataFrame, spec: DatasetSpec) -> pa.Table:
+    """Cast to the declared schema (column order and types); refuse missing/extra columns."""
+    if isinstance(table, pd.DataFrame):
+        table = pa.Table.from_pandas(table, preserve_index=False)
+    have, want = set(table.column_names), set(spec.column_names)
+    if have != want:
+        raise DatasetError(
+            f"dataset {spec.name}: columns differ from the declaration: "
+            f"missing {sorted(want - have)}, unexpected {sorted(have - want)}"
+        )
+    table = table.select(spec.column_names).replace_schema_metadata(None)
+    # Dictionary-encoded strings stay encoded (smaller in memory and on disk); readers get
+    # the declared plain string type back.
+    target = pa.schema(
+        [
+            table.schema.field(f.name)
+            if pa.types.is_string(f.type) and _is_dict_of_strings(table.schema.field(f.name).type)
+            else f
+            for f in spec.arrow_schema
+        ],
+        metadata=spec.arrow_schema.metadata,
+    )
+    try:
+        return table.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DatasetError(f"dataset {spec.name}: {exc}") from exc
+
+
+def _is_dict_of_strings(t: pa.DataType) -> bool:
+    return pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)
+
+
+def _atomic_write(table: pa.Table, target: Path, metadata: Mapping[str, str]) -> None:
+    if target.exists():
+        raise DatasetError(f"{target} exists: datasets are append-only, never rewritten")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    schema_meta = dict(table.schema.metadata or {})
+    schema_meta.update({k.encode(): v.encode() for k, v in metadata.items()})
+    try:
+        pq.write_table(
+            table.replace_schema_metadata(schema_meta),
+            tmp,
+            compression="zstd",
+            compression_level=1,
+        )
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_dataset(
+    table: pa.Table | pd.DataFrame,
+    spec: DatasetSpec,
+    *,
+    data_dir: str | Path,
+    poc: str,
+    run_id: str,
+    part: int | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """Write one run's rows: one file per ISO week partition, atomically, never overwriting."""
+    table = conform(table, spec)
+    if table.num_rows == 0:
+        return []
+    meta = {"ckpt_poc.run_id": run_id, **(metadata or {})}
+    labels = _week_labels(table, spec)
+    base = dataset_dir(data_dir, poc, spec)
+    name = f"{run_id}.parquet" if part is None else f"{run_id}-part{part:05d}.parquet"
+    written = []
+    for label in pc.unique(labels).to_pylist():
+        rows = table.filter(pc.equal(labels, label))
+        target = base / f"{WEEK_PARTITION}={label}" / name
+        _atomic_write(rows, target, meta)
+        written.append(target)
+    return written
+
+
+def dataset_files(
+    data_dir: str | Path, poc: str, spec: DatasetSpec, include_uncommitted: bool = False
+) -> list[str]:
+    """The dataset's files of committed runs (tasks.data.runs): a run killed half-way, or still
+    running, is not read unless asked for."""
+    root = dataset_dir(data_dir, poc, spec)
+    files = sorted(root.glob(f"{WEEK_PARTITION}=*/*.parquet"))
+    if not include_uncommitted:
+        committed = committed_run_ids(data_dir, poc)
+        files = [p for p in files if run_id_of(p) in committed]
+    return [str(p) for p in files]
+
+
+def read_dataset(
+    spec: DatasetSpec,
+    *,
+    data_dir: str | Path,
+    poc: str,
+    run_id: str | None = None,
+    columns: Sequence[str] | None = None,
+    include_uncommitted: bool = False,
+) -> pd.DataFrame:
+    """Read a dataset into pandas with the declared dtypes; committed runs only, unless
+    ``include_uncommitted``."""
+    files = dataset_files(data_dir, poc, spec, include_uncommitted)
+    cols = list(columns or spec.column_names)
+    if not files:
+        return normalise_dtypes(pd.DataFrame({c: [] for c in cols}), spec)
+    ds = pads.dataset(files, schema=spec.arrow_schema, format="parquet")
+    flt = pc.field("run_id") == run_id if run_id is not None else None
+    table = ds.to_table(columns=cols, filter=flt)
+    return normalise_dtypes(table.to_pandas(types_mapper=pd.ArrowDtype), spec)
+
+
+def read_dataset_dask(spec: DatasetSpec, *, data_dir: str | Path, poc: str) -> Any:
+    """The same dataset as a Dask DataFrame, normalised to the same dtypes as pandas."""
+    import dask.dataframe as dd
+
+    files = dataset_files(data_dir, poc, spec)
+    if not files:
+        raise DatasetError(f"dataset {spec.name} has no files under {data_dir}/{poc}")
+    ddf = dd.read_parquet(files, columns=spec.column_names, dtype_backend="pyarrow")
+    return ddf.astype(spec.pandas_dtypes)
+
+
+def normalise_dtypes(df: pd.DataFrame, spec: DatasetSpec) -> pd.DataFrame:
+    dtypes = {c: t for c, t in spec.pandas_dtypes.items() if c in df.columns}
+    return df.astype(dtypes)

@@ -1,0 +1,710 @@
+"""The PoC plan: the four things on paper (workload, baseline, success, exit) plus where it runs.
+
+A plan is a YAML file validated by the pydantic models below. ``load_plan`` reads it and
+``ensure_plan_is_valid`` raises ``PlanError`` listing *every* problem with its field path and
+YAML line, so a platform engineer fixes the whole file in one pass. The YAML itself is read
+strictly too: a repeated key is an error naming both lines, a syntax error is one line
+``file:line:col``, every number is finite and bounded, and a Slurm plan's nodes are checked
+with ``sinfo`` when the cluster answers (tasks/data/plan_cluster.py).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from tasks.data.errors import PlanError
+from tasks.data.plan_cluster import check_slurm_nodes
+
+log = logging.getLogger(__name__)
+
+# Relative paths in exit.uninstall (the demo's scripts/uninstall-criu) resolve against the repo.
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+# A name that is safe as one argv element and as a hostname: no shell metacharacters, no
+# spaces, no leading dash (which a command would read as an option).
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+FAULTS_BY_CLUSTER: dict[str, tuple[str, ...]] = {
+    "local": ("sigkill", "sigkill-group"),
+    "slurm": ("scancel", "node-down", "kill-step", "time-limit"),
+    "kubernetes": ("pod-delete", "node-drain"),
+}
+ALL_FAULTS = tuple(sorted({f for kinds in FAULTS_BY_CLUSTER.values() for f in kinds}))
+
+# Weeks of weekly utilization samples a verdict on utilization gain needs at the least.
+MIN_UTILIZATION_WEEKS = 4
+
+# Upper bounds no real PoC needs. Every number in a plan ends up in a sleep, a timer, a loop
+# count or a comparison; `.inf`, `.nan` or 1e300 there makes a thread die (OverflowError) or a
+# loop never end long after `plan check` said yes, so they are refused up front instead.
+MAX_SECONDS = 7 * 24 * 3600  # checkpoint interval, node down time: a week
+MAX_WINDOW_WEEKS = 104  # two years of sampling
+MAX_RUNS = 10_000  # repeats, same-node baseline runs
+MAX_DAYS = 3650  # ten years of accounting history
+MAX_STEPS = 10**9  # the application's own checkpoint period, in steps
+MAX_KEPT_CHECKPOINTS = 1000
+MAX_GPUS = 64  # GPUs per job
+# A success threshold is seconds, GPU-hours, percent, a fraction or a factor: a million of
+# any of them is no agreed number.
+MAX_THRESHOLD = 1e6
+
+
+class _Strict(BaseModel):
+    # allow_inf_nan=False: every float in a plan must be finite (`.inf`/`.nan` are refused
+    # with the field's name); each numeric field also has an explicit upper bound above.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def _check_safe_name(value: str) -> str:
+    if not SAFE_NAME.match(value):
+        raise ValueError(
+            f"{value!r} is not a safe name: use letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit (no spaces or shell metacharacters)"
+        )
+    return value
+
+
+SafeName = Annotated[str, AfterValidator(_check_safe_name)]
+
+
+class ProgressProbe(_Strict):
+    """Yields a step counter: a regex with one group over the workload's log, or a file."""
+
+    log_regex: str | None = None
+    file: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ProgressProbe:
+        if (self.log_regex is None) == (self.file is None):
+            raise ValueError("give exactly one of log_regex or file")
+        if self.log_regex is not None:
+            try:
+                compiled = re.compile(self.log_regex)
+            except re.error as exc:
+                raise ValueError(f"log_regex does not compile: {exc}") from exc
+            if compiled.groups < 1:
+                raise ValueError("log_regex needs one capture group holding the step number")
+        return self
+
+
+class ReadyProbe(_Strict):
+    url: str
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not re.match(r"^https?://[^\s]+$", value):
+            raise ValueError("ready probe url must be an http(s) URL")
+        return value
+
+
+class AppCheckpoint(_Strict):
+    """The application's own checkpoint: the unmanaged arm's recoverable point.
+
+    ``path`` may use ``{copy_dir}``, as the command may: each workload copy gets its own
+    folder, so the two arms never share a checkpoint file.
+    """
+
+    every_steps: int = Field(gt=0, le=MAX_STEPS, description="steps between checkpoints, ≤ 10⁹")
+    path: str | None = None
+    resume_args: list[str] = Field(
+        default_factory=list, description="argv appended to restart from this checkpoint"
+    )
+
+
+class Workload(_Strict):
+    name: SafeName
+    command: list[str] | None = Field(default=None, min_length=1)
+    script: str | None = None
+    gpus: int = Field(ge=0, le=MAX_GPUS, description="GPUs per job, 0..64")
+    progress_probe: ProgressProbe | None = None
+    ready_probe: ReadyProbe | None = None
+    app_checkpoint: AppCheckpoint | None = None
+    production_owner: str | None = Field(
+        default=None, description="who runs this workload in production (gate 3)"
+    )
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError("command must be an argv list (YAML list of strings), not a string")
+        return value
+
+    @model_validator(mode="after")
+    def _what_runs(self) -> Workload:
+        if (self.command is None) == (self.script is None):
+            raise ValueError("give exactly one of command (argv list) or script (path)")
+        if self.progress_probe is None and self.ready_probe is None:
+            raise ValueError("give a progress_probe (training) or a ready_probe (serving)")
+        return self
+
+
+class SacctFileSource(_Strict):
+    kind: Literal["sacct-file"]
+    path: str
+
+
+class SacctLiveSource(_Strict):
+    kind: Literal["sacct-live"]
+    clusters: list[SafeName] = Field(default_factory=list)
+
+
+class Baseline(_Strict):
+    source: Annotated[SacctFileSource | SacctLiveSource, Field(discriminator="kind")]
+    days: int = Field(gt=0, le=MAX_DAYS, description="days of accounting history, ≤ 3650")
+    same_node_runs: int = Field(ge=1, le=MAX_RUNS, description="runs on the test nodes, ≤ 10000")
+    # Also pseudonymise job names (user and account always are).
+    pseudonymise_job_names: bool = False
+    # Name of a Prefect Secret block holding the HMAC key; the key itself is never in a plan.
+    pseudonym_key_secret: str | None = None
+    max_quarantined_share: float = Field(
+        default=0.5,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description=(
+            "the largest share (0..1) of accounting rows the baseline may quarantine "
+            "before its gate fails"
+        ),
+    )
+
+
+Statistic = Literal["median", "p90", "mean", "min", "max"]
+
+
+class Criterion(_Strict):
+    """One success number: ``statistic(measure) op threshold``."""
+
+    statistic: Statistic
+    threshold: float = Field(
+        ge=-MAX_THRESHOLD, le=MAX_THRESHOLD, description="finite, |threshold| ≤ 10⁶"
+    )
+
+
+class UtilizationCriterion(Criterion):
+    min_weeks: int = Field(default=MIN_UTILIZATION_WEEKS, ge=1, le=MAX_WINDOW_WEEKS)
+
+
+class Success(_Strict):
+    """What counts as success. Units are fixed per measure so nobody argues about them later."""
+
+    recovery_time_s: Criterion = Field(description="managed recovery time ≤ threshold seconds")
+    work_lost_gpu_h: Criterion = Field(description="managed work lost per interruption ≤ GPU-h")
+    utilization_gain: UtilizationCriterion = Field(
+        description="managed − unmanaged goodput ≥ threshold (fraction of allocated GPU-hours)"
+    )
+    overhead_pct: Criterion = Field(description="steady-state overhead ≤ threshold percent")
+    cold_start_speedup: Criterion = Field(description="native / restore ready time ≥ threshold ×")
+
+    @model_validator(mode="after")
+    def _sane(self) -> Success:
+        if self.cold_start_speedup.threshold <= 0:
+            raise ValueError("cold_start_speedup.threshold must be > 0")
+        for name in ("recovery_time_s", "work_lost_gpu_h", "overhead_pct"):
+            if getattr(self, name).threshold < 0:
+                raise ValueError(f"{name}.threshold must be ≥ 0")
+        return self
+
+
+SnapshotKind = Literal[
+    "packages",  # Debian packages: name, version, status; conffiles changed from the package's
+    "units",  # systemd units: enabled/active, drop-ins, dangling symlinks under *.wants
+    "files",  # under the watched paths: sha256, mode, owner, file capabilities
+    "modules",  # loaded kernel modules
+    "sysctls",  # /proc/sys, volatile keys left out (and listed as left out)
+    "sockets",  # listening sockets
+    "processes",  # exe, argv, uid
+    "mounts",
+    "users",  # users and groups
+    "cron",  # cron entries and systemd timers
+    "ldconfig",  # the dynamic linker's paths
+    "scheduler",  # Slurm: config plugins, /etc/slurm/**, node features/GRES/state; k8s: labels
+]
+SNAPSHOT_KINDS: tuple[str, ...] = get_args(SnapshotKind)
+DEFAULT_WATCHED_PATHS = (
+    "/etc",
+    "/usr/local",
+    "/opt",
+    "/usr/lib/criu",
+    "/var/lib",
+    "/tmp",
+    "/var/tmp",
+    "/run",
+    "/dev/shm",
+    "/var/log",
+)
+# Busy folders: their entries' names are recorded, not their contents.
+DEFAULT_NAMES_ONLY = ("/tmp", "/var/tmp", "/run", "/dev/shm", "/var/log")
+
+
+class AllowedChange(_Strict):
+    """What may differ after the way out without counting as a leftover (a log grew, the
+    PoC's own data folder): a snapshot kind and a glob over its keys."""
+
+    kind: SnapshotKind
+    key: str = Field(min_length=1, description="fnmatch glob over the item's key")
+    why: str = Field(min_length=1, description="why this change is expected")
+
+
+class Watch(_Strict):
+    """What a node snapshot observes (DESIGN §1.8): defaults that suit a Debian node."""
+
+    kinds: list[SnapshotKind] = Field(default_factory=lambda: list(SNAPSHOT_KINDS), min_length=1)
+    paths: list[str] = Field(default_factory=lambda: list(DEFAULT_WATCHED_PATHS), min_length=1)
+    names_only: list[str] = Field(default_factory=lambda: list(DEFAULT_NAMES_ONLY))
+
+    @field_validator("paths", "names_only")
+    @classmethod
+    def _absolute(cls, value: list[str]) -> list[str]:
+        for path in value:
+            if not path.startswith("/") or "\0" in path:
+                raise ValueError(f"{path!r} is not an absolute path")
+        return value
+
+
+class Exit(_Strict):
+    uninstall: list[str] = Field(min_length=1, description="argv of the uninstall command")
+    verification: list[str] = Field(
+        min_length=1, description="what 'nothing left behind' means: the checks run after"
+    )
+    test_by: dt.date
+    watch: Watch = Field(default_factory=Watch)
+    allowed_changes: list[AllowedChange] = Field(default_factory=list)
+
+    @field_validator("uninstall", mode="before")
+    @classmethod
+    def _argv(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            raise ValueError("uninstall must be an argv list (YAML list of strings), not a string")
+        return value
+
+
+class Cluster(_Strict):
+    kind: Literal["local", "slurm", "kubernetes"]
+    nodes: list[SafeName] = Field(min_length=1, max_length=2)
+    queue: SafeName
+
+    @field_validator("nodes")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("node names repeat")
+        return value
+
+
+class Checkpointer(_Strict):
+    kind: Literal["criu", "cedana"]
+    interval_s: float = Field(gt=0, le=MAX_SECONDS, description="seconds, at most a week")
+    keep: int = Field(default=3, ge=1, le=MAX_KEPT_CHECKPOINTS, description="≤ 1000")
+
+
+class Fault(_Strict):
+    kind: str
+    # node-down only: how long the node stays down before the harness returns it to service
+    # (a reboot, a repair); null means it never comes back within the trial.
+    down_s: float | None = Field(default=0, ge=0, le=MAX_SECONDS, description="≤ a week")
+
+    @field_validator("kind")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in ALL_FAULTS:
+            raise ValueError(f"unknown fault kind {value!r}; known: {', '.join(ALL_FAULTS)}")
+        return value
+
+
+MAX_SAMPLE_SPAN_S = 24 * 3600  # one sampler run covers at most a day
+MIN_SAMPLE_INTERVAL_S = 0.1
+# What a Prometheus metric's value is, so the report never mixes a duty cycle with SM activity.
+SampleUnit = Literal["percent", "fraction", "bytes", "watts", "mhz", "celsius", "cores", "count"]
+SAMPLE_UNITS: tuple[str, ...] = get_args(SampleUnit)
+
+
+class PrometheusMetric(_Strict):
+    """One PromQL expression and what its value is (``metric`` names the row)."""
+
+    metric: SafeName
+    query: str = Field(min_length=1)
+    unit: SampleUnit
+
+
+class PrometheusSource(_Strict):
+    """A Prometheus a site already runs (e.g. scraping NVIDIA's DCGM exporter)."""
+
+    url: str
+    step_s: float = Field(default=30, gt=0, le=3600, description="query step, ≤ 1 h")
+    metrics: list[PrometheusMetric] = Field(min_length=1)
+    # Which label of a series holds the node, the GPU (UUID preferred) and the job.
+    node_label: str = "Hostname"
+    gpu_label: str | None = "UUID"
+    job_label: str | None = "hpc_job"
+    timeout_s: float = Field(default=30, gt=0, le=600)
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        if not re.match(r"^https?://[^\s]+$", value):
+            raise ValueError("prometheus url must be an http(s) URL")
+        return value.rstrip("/")
+
+
+class Schedules(_Strict):
+    """When Prefect starts the long-window flows (prefect.yaml reads these at deploy time)."""
+
+    active: bool = False
+    timezone: str = "UTC"
+    sample_window: str = Field(default="0 * * * *", description="cron: a span starts")
+    utilization: str = Field(default="30 0 * * *", description="cron: daily")
+    weekly_report: str = Field(default="0 6 * * 1", description="cron: Monday morning")
+
+    @field_validator("timezone")
+    @classmethod
+    def _tz(cls, value: str) -> str:
+        import zoneinfo
+
+        try:
+            zoneinfo.ZoneInfo(value)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown time zone {value!r} (an IANA name, e.g. UTC)") from exc
+        return value
+
+    @field_validator("sample_window", "utilization", "weekly_report")
+    @classmethod
+    def _cron(cls, value: str) -> str:
+        if len(value.split()) != 5:
+            raise ValueError(f"{value!r} is not a 5-field cron expression")
+        return value
+
+
+class Window(_Strict):
+    start: dt.date
+    weeks: int = Field(gt=0, le=MAX_WINDOW_WEEKS, description="weeks of sampling, ≤ 104")
+    # How the test nodes are sampled: nvml (GPU nodes), procfs (CPU data, labelled so),
+    # prometheus (a site's existing exporter).
+    sampler: Literal["nvml", "procfs", "prometheus"] = "procfs"
+    span_s: float = Field(
+        default=3600, gt=0, le=MAX_SAMPLE_SPAN_S, description="one sampler run, ≤ a day"
+    )
+    interval_s: float = Field(
+        default=10, ge=MIN_SAMPLE_INTERVAL_S, le=3600, description="between samples, 0.1..3600"
+    )
+    prometheus: PrometheusSource | None = None
+    schedules: Schedules = Field(default_factory=Schedules)
+
+    @model_validator(mode="after")
+    def _sampler_source(self) -> Window:
+        if self.sampler == "prometheus" and self.prometheus is None:
+            raise ValueError("sampler prometheus needs window.prometheus (url, metrics)")
+        if self.interval_s > self.span_s:
+            raise ValueError("interval_s is longer than span_s: a span would hold no sample")
+        return self
+
+    @property
+    def end(self) -> dt.date:
+        return self.start + dt.timedelta(weeks=self.weeks)
+
+
+class Plan(_Strict):
+    poc: SafeName
+    workload: Workload
+    baseline: Baseline
+    success: Success
+    exit: Exit
+    cluster: Cluster
+    checkpointer: Checkpointer
+    faults: list[Fault] = Field(min_length=1)
+    repeats: int = Field(
+        ge=3, le=MAX_RUNS, description="runs per (measure, arm), 3..10000; one run proves nothing"
+    )
+    window: Window
+    data_dir: str = "data"
+    # What load_plan could not check and why (e.g. sinfo did not answer): said, not failed.
+    _check_warnings: tuple[str, ...] = PrivateAttr(default=())
+
+    @property
+    def check_warnings(self) -> tuple[str, ...]:
+        """Lines ``file:line: field: message`` for checks load_plan skipped; not problems."""
+        return self._check_warnings
+
+    @model_validator(mode="after")
+    def _coherent(self) -> Plan:
+        problems: list[str] = []
+        allowed = FAULTS_BY_CLUSTER[self.cluster.kind]
+        for i, fault in enumerate(self.faults):
+            if fault.kind not in allowed:
+                problems.append(
+                    f"faults.{i}.kind: {fault.kind!r} does not apply to a {self.cluster.kind} "
+                    f"cluster; use one of {', '.join(allowed)}"
+                )
+            if fault.kind != "node-down" and fault.down_s != 0:
+                problems.append(f"faults.{i}.down_s: only a node-down fault has a down time")
+        need = self.success.utilization_gain.min_weeks
+        if self.window.weeks < need:
+            problems.append(
+                f"window.weeks: {self.window.weeks} week(s) is shorter than the "
+                f"{need} weeks success.utilization_gain needs (min_weeks)"
+            )
+        if not (self.window.start <= self.exit.test_by <= self.window.end):
+            problems.append(
+                f"exit.test_by: {self.exit.test_by} must fall inside the window "
+                f"{self.window.start}..{self.window.end}: the way out is tested during the PoC"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+# --- loading, with field paths mapped back to YAML lines -------------------------------------
+
+
+def _yaml_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
+    """The 1-based YAML line of the deepest node on ``loc`` that exists in the file."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == part), None)
+            if match is None:
+                break
+            key, node = match
+            line = key.start_mark.line + 1  # the key's line reads best ("success:")
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                break
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
+
+
+def _problem_lines(path: str, root: yaml.Node | None, exc: ValidationError) -> list[str]:
+    lines = []
+    for err in exc.errors():
+        # Drop pydantic's union-branch tags (e.g. 'sacct-file') so paths read like the YAML.
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("sacct-")))
+        field = ".".join(str(p) for p in loc) or "(plan)"
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            message = "required field is missing"
+        line = _yaml_line(root, loc)
+        where = f"{path}:{line}" if line else path
+        # A cross-field problem lists its own field paths; split them into separate lines.
+        for part in message.split("; ") if loc == () else [message]:
+            lines.append(f"{where}: {field}: {part}" if loc else f"{where}: {part}")
+    return lines
+
+
+def plan_hash(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+# --- reading the YAML: duplicate keys refused, syntax errors on one line ---------------------
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class DuplicateKeysError(yaml.YAMLError):
+    """A mapping repeats a key; plain YAML would silently keep the last value."""
+
+    def __init__(self, duplicates: list[tuple[tuple[str | int, ...], int, int]]) -> None:
+        # (field path of the repeated key, line of its first use, line of the repeat)
+        self.duplicates = duplicates
+        super().__init__(f"{len(duplicates)} duplicate key(s)")
+
+
+def _duplicate_keys(root: yaml.Node) -> list[tuple[tuple[str | int, ...], int, int]]:
+    """Every repeated mapping key under ``root``, at any depth, with both of its lines."""
+    duplicates: list[tuple[tuple[str | int, ...], int, int]] = []
+    visited: set[int] = set()  # an alias points back at a node already walked
+
+    def walk(node: yaml.Node, path: tuple[str | int, ...]) -> None:
+        if id(node) in visited:
+            return
+        visited.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first_line_by_key: dict[tuple[str, str], int] = {}
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    walk(value_node, path)
+                    continue
+                # `<<: *base` merges are meant to be overridden by the keys beside them.
+                if key_node.tag != _MERGE_TAG:
+                    key = (key_node.tag, key_node.value)  # tag resolved: "a" and a are one key
+                    line = key_node.start_mark.line + 1
+                    if key in first_line_by_key:
+                        duplicates.append(((*path, key_node.value), first_line_by_key[key], line))
+                    else:
+                        first_line_by_key[key] = line
+                walk(value_node, (*path, key_node.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                walk(item, (*path, i))
+
+    walk(root, ())
+    return duplicates
+
+
+class PlanLoader(yaml.SafeLoader):
+    """yaml.SafeLoader that raises DuplicateKeysError on a repeated key at any depth."""
+
+    def compose_document(self) -> yaml.Node:
+        root = super().compose_document()
+        duplicates = _duplicate_keys(root)
+        if duplicates:
+            raise DuplicateKeysError(duplicates)
+        return root
+
+
+def _parse_yaml(text: str) -> tuple[yaml.Node | None, Any]:
+    """One parse: the node tree (for YAML lines) and the data built from that same tree."""
+    loader = PlanLoader(text)
+    try:
+        root = loader.get_single_node()
+        return root, (loader.construct_document(root) if root is not None else None)
+    finally:
+        loader.dispose()
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _yaml_error_line(path: str, text: str, exc: yaml.YAMLError) -> str:
+    """``file:line:col: not valid YAML: what is wrong``, one line (yaml's str() is several)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        what = _one_line(exc.problem or exc.context or "invalid YAML")
+        if exc.problem and exc.context and exc.context_mark is not None:
+            what += f" ({_one_line(exc.context)} at line {exc.context_mark.line + 1})"
+        return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {what}"
+    if isinstance(exc, yaml.reader.ReaderError):
+        # The reader counts characters, not lines: find the line and column ourselves.
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        return (
+            f"{path}:{line}:{column}: not valid YAML: unacceptable character #x{code:04x}: "
+            f"{_one_line(exc.reason)}"
+        )
+    return f"{path}: not valid YAML: {_one_line(str(exc))}"
+
+
+# --- the way out exists ----------------------------------------------------------------------
+
+
+def check_uninstall_command(
+    path: str, root: yaml.Node | None, plan: Plan
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) about exit.uninstall's program: a path (relative ones resolve
+    against the repo root) must be an executable file; a bare name is looked up on PATH. On
+    Slurm or Kubernetes a bare name runs on the nodes (or the admin host), where this machine
+    cannot look: a name missing here is a warning there, a problem for a local plan."""
+    program = plan.exit.uninstall[0]
+    loc = ("exit", "uninstall")
+    line = _yaml_line(root, loc)
+    where = f"{path}:{line}" if line else path
+    if "/" in program:
+        resolved = Path(program) if Path(program).is_absolute() else REPO_ROOT / program
+        if not resolved.is_file():
+            return [f"{where}: exit.uninstall: {program!r} does not exist ({resolved})"], []
+        if not os.access(resolved, os.X_OK):
+            return [f"{where}: exit.uninstall: {program!r} is not executable ({resolved})"], []
+        return [], []
+    if shutil.which(program) is not None:
+        return [], []
+    message = f"{where}: exit.uninstall: {program!r} is not found on PATH"
+    if plan.cluster.kind == "local":
+        return [message], []
+    return [], [f"{message} here; it runs on the {plan.cluster.kind} nodes, not checked there"]
+
+
+# --- the cluster itself ----------------------------------------------------------------------
+
+
+def check_plan_against_cluster(
+    path: str, root: yaml.Node | None, plan: Plan
+) -> tuple[list[str], list[str]]:
+    """(problems, warnings) from checking a Slurm plan's nodes and partition with sinfo.
+
+    Other cluster kinds have nothing to ask here yet. A skipped check is a warning: the plan
+    may be written away from the cluster it is for.
+    """
+    if plan.cluster.kind != "slurm":
+        return [], []
+    check = check_slurm_nodes(plan.cluster.nodes, plan.cluster.queue)
+
+    def where(loc: tuple[str | int, ...]) -> str:
+        line = _yaml_line(root, loc)
+        return f"{path}:{line}" if line else path
+
+    if check.skipped is not None:
+        loc = ("cluster", "nodes")
+        warning = f"{where(loc)}: cluster.nodes: not checked against the cluster: {check.skipped}"
+        return [], [warning]
+    problems = [
+        f"{where(loc)}: {'.'.join(str(p) for p in loc)}: {message}"
+        for loc, message in check.problems
+    ]
+    return problems, []
+
+
+def load_plan(path: str | Path, *, check_cluster: bool = True) -> Plan:
+    """Read and validate a plan; raise PlanError naming every problem with file:line: field.
+
+    With ``check_cluster`` a Slurm plan's nodes are also checked with sinfo when it answers;
+    when it does not, ``plan.check_warnings`` says the check was skipped.
+    """
+    path = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PlanError(path, [f"{path}: cannot read plan: {exc}"]) from exc
+    try:
+        root, data = _parse_yaml(text)
+    except DuplicateKeysError as exc:
+        problems = [
+            f"{path}:{again}: {'.'.join(str(p) for p in loc)}: duplicate key "
+            f"{str(loc[-1])!r}, first at line {first}, again at line {again} "
+            "(YAML would silently keep the last)"
+            for loc, first, again in exc.duplicates
+        ]
+        raise PlanError(path, problems) from exc
+    except yaml.YAMLError as exc:
+        raise PlanError(path, [_yaml_error_line(path, text, exc)]) from exc
+    if not isinstance(data, dict):
+        raise PlanError(path, [f"{path}:1: the plan must be a YAML mapping"])
+    try:
+        plan = Plan.model_validate(data)
+    except ValidationError as exc:
+        raise PlanError(path, _problem_lines(path, root, exc)) from exc
+    problems, warnings = check_uninstall_command(path, root, plan)
+    if check_cluster:
+        more_problems, more_warnings = check_plan_against_cluster(path, root, plan)
+        problems += more_problems
+        warnings += more_warnings
+    if problems:
+        raise PlanError(path, problems)
+    for warning in warnings:
+        log.warning("%s", warning)
+    plan._check_warnings = tuple(warnings)
+    return plan

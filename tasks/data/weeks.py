@@ -1,0 +1,36 @@
+"""ISO weeks, the window's unit: labels `YYYY-Www`, starting Monday 00:00 UTC."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from tasks.data.errors import CkptPocError
+
+
+class WeekError(CkptPocError, ValueError):
+    pass
+
+
+def parse_week(label: str) -> tuple[int, int]:
+    """(ISO year, week) of ``label``; a clear error for anything else (`--week 2026-W99`)."""
+    try:
+        year, week = label.split("-W")
+        dt.date.fromisocalendar(int(year), int(week), 1)
+    except (ValueError, AttributeError):
+        raise WeekError(f"{label!r} is not an ISO week (YYYY-Www, e.g. 2026-W49)") from None
+    return int(year), int(week)
+
+
+def week_start(label: str) -> dt.datetime:
+    """Monday 00:00 UTC of ISO week ``label``."""
+    year, week = parse_week(label)
+    return dt.datetime.combine(dt.date.fromisocalendar(year, week, 1), dt.time(), tzinfo=dt.UTC)
+
+
+def week_label(t: dt.datetime | dt.date) -> str:
+    year, week, _ = t.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+def current_week() -> str:
+    return week_label(dt.datetime.now(dt.UTC))

@@ -1,0 +1,656 @@
+"""Cedana as a system under test: the exact steps, as data; nothing runs by default.
+
+Cedana cannot run on these machines (its binaries and Slurm plugins are a licensed download,
+its Slurm builds target 23.11+), so this module produces, from a validated plan, the exact
+commands (argv lists, never shell strings), Kubernetes manifests (dicts) and REST requests
+a run would make, following ../shared/notes/cedana.md. Tests check them as a contract.
+
+- Slurm: per plan node, pinned with ``srun -w NODE -p QUEUE -N1 -n1``: ``cedana plugin
+  install slurm`` (+ ``gpu`` when the workload has GPUs), ``cedana slurm setup --node-role
+  worker``, ``cedana daemon check``. The controller step runs only when ``CedanaConfig.
+  controller_node`` names a node, and that node must be one of the plan's (the plan has no
+  field for it yet: by default the slurmctld side is the site's precondition, not ours).
+  A job opts in with ``--export=ALL,CEDANA_ENABLE=1`` on the managed arm's sbatch argv only.
+  Checkpoint/restore go through Cedana's REST API with a bearer token kept in a SecretStr.
+  Removal: ``cedana slurm destroy`` per node, then the exit snapshot checks
+  ``expected_leftovers`` (nothing is deleted that the PoC did not create).
+- Kubernetes: ``kubectl label nodes N cedana.ai/enabled=true`` per plan node, the Helm
+  release with its helper DaemonSet pinned to that label, the auth token given on stdin
+  (``--values -``: never on the argv, which ``ps`` shows, never in a file on disk); pods opt in
+  with ``runtimeClassName: cedana`` and ``cedana.ai/*`` labels on the managed arm only.
+
+Every builder refuses a node the plan does not name (BlastRadiusError) before building
+anything.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import urllib.request
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import SecretStr
+
+from tasks.data.errors import BlastRadiusError, CkptPocError, SecretError
+from tasks.data.plan import SAFE_NAME, Plan
+
+URL_ENV = "CEDANA_URL"
+TOKEN_ENV = "CEDANA_AUTH_TOKEN"
+CLUSTER_ID_ENV = "CEDANA_CLUSTER_ID"
+TOKEN_BLOCK_ENV = "CKPT_POC_CEDANA_TOKEN_BLOCK"  # name of a Prefect Secret block holding it
+CONTROLLER_ENV = "CKPT_POC_CEDANA_CONTROLLER"  # a plan node that also runs slurmctld
+
+OPT_IN_ENV = "CEDANA_ENABLE"
+SBATCH_OPT_IN = f"--export=ALL,{OPT_IN_ENV}=1"
+
+HELM_RELEASE = "cedana"
+HELM_NAMESPACE = "cedana-system"
+HELM_CHART = "oci://registry-1.docker.io/cedana/cedana-helm"
+# The chart version the notes' leftovers were read from: a newer chart may leave other things.
+HELM_CHART_VERSION = "0.7.6"
+NODE_LABEL = "cedana.ai/enabled"
+RUNTIME_CLASS = "cedana"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+
+ARMS = ("managed", "unmanaged")
+_DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_JOB_ID = re.compile(r"^[0-9]+$")
+_URL = re.compile(r"^https?://[^\s,\\]+$")  # no comma or backslash: Helm's --set splits on them
+
+
+class CedanaError(CkptPocError):
+    """A Cedana step cannot be built as asked (bad input, an arm that would opt in wrongly)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command: its argv, the plan node it acts on (None: cluster-wide, e.g. Helm), why,
+    and what goes on its stdin (a SecretStr: redacted in repr, never on the argv)."""
+
+    argv: tuple[str, ...]
+    node: str | None
+    why: str
+    stdin: SecretStr | None = None
+
+
+@dataclass(frozen=True)
+class CedanaConfig:
+    """Where Cedana's control plane is and how this PoC talks to it (not in the plan yet)."""
+
+    url: str
+    cluster_id: str
+    token_secret_block: str | None = None
+    controller_node: str | None = None
+    chart_version: str = HELM_CHART_VERSION
+
+    def __post_init__(self) -> None:
+        if not _URL.match(self.url):
+            raise CedanaError(f"{URL_ENV} {self.url!r} is not an http(s) URL without , or \\")
+        for what, value in (("cluster id", self.cluster_id), ("chart", self.chart_version)):
+            if not SAFE_NAME.match(value):
+                raise CedanaError(f"Cedana {what} {value!r} is not a safe name")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> CedanaConfig:
+        env = os.environ if environ is None else environ
+        missing = [name for name in (URL_ENV, CLUSTER_ID_ENV) if not env.get(name)]
+        if missing:
+            raise CedanaError(f"set {' and '.join(missing)} for the Cedana checkpointer")
+        return cls(
+            url=env[URL_ENV].rstrip("/"),
+            cluster_id=env[CLUSTER_ID_ENV],
+            token_secret_block=env.get(TOKEN_BLOCK_ENV) or None,
+            controller_node=env.get(CONTROLLER_ENV) or None,
+        )
+
+
+def load_auth_token(
+    secret_block: str | None = None, environ: Mapping[str, str] | None = None
+) -> tuple[SecretStr, str]:
+    """The bearer token from $CEDANA_AUTH_TOKEN, else a Prefect Secret block; (token, where).
+
+    The token is wrapped at once: every repr, log line or event shows '**********'."""
+    env = os.environ if environ is None else environ
+    if env.get(TOKEN_ENV):
+        return SecretStr(env[TOKEN_ENV]), f"environment variable {TOKEN_ENV}"
+    if secret_block:
+        try:
+            from prefect.blocks.system import Secret
+
+            value = Secret.load(secret_block).get()
+        except Exception as exc:  # absent block or unreachable API: say which, not the value
+            raise SecretError(
+                f"cannot load Prefect Secret block {secret_block!r} for the Cedana token "
+                f"({type(exc).__name__}); set {TOKEN_ENV} instead"
+            ) from None
+        return SecretStr(str(value)), f"Prefect Secret {secret_block!r}"
+    raise SecretError(f"no Cedana token: set {TOKEN_ENV} or {TOKEN_BLOCK_ENV} (a Secret block)")
+
+
+# --- blast radius ----------------------------------------------------------------------------
+
+
+def _plan_nodes(plan: Plan, kind: str, nodes: Iterable[str] | None = None) -> list[str]:
+    """The nodes to act on: all the plan's by default; any other name is refused first."""
+    if plan.cluster.kind != kind:
+        raise CedanaError(f"this step is for a {kind} cluster; the plan's is {plan.cluster.kind}")
+    chosen = list(plan.cluster.nodes if nodes is None else nodes)
+    for node in chosen:
+        if node not in plan.cluster.nodes:
+            raise BlastRadiusError(
+                f"node {node!r} is not one of the plan's nodes {list(plan.cluster.nodes)}"
+            )
+        if not SAFE_NAME.match(node):  # the plan validated it; it is an argv element all the same
+            raise BlastRadiusError(f"node {node!r} is not a safe name")
+    return chosen
+
+
+def _arm(arm: str) -> str:
+    if arm not in ARMS:
+        raise CedanaError(f"arm {arm!r} is not one of {ARMS}")
+    return arm
+
+
+# --- Slurm -----------------------------------------------------------------------------------
+
+
+def _srun(plan: Plan, node: str, command: list[str]) -> tuple[str, ...]:
+    # One task on exactly that node, in the PoC's partition: no other node can run it.
+    return ("srun", "-w", node, "-p", plan.cluster.queue, "-N1", "-n1", *command)
+
+
+def slurm_install_steps(
+    plan: Plan, config: CedanaConfig, nodes: Iterable[str] | None = None
+) -> list[Step]:
+    """Per node: plugins, worker setup, health check; the controller only if named (see top)."""
+    chosen = _plan_nodes(plan, "slurm", nodes)
+    controller = config.controller_node
+    if controller is not None:
+        _plan_nodes(plan, "slurm", [controller])
+    steps: list[Step] = []
+    for node in chosen:
+        plugins = ["slurm", *(["gpu"] if plan.workload.gpus > 0 else [])]
+        for plugin in plugins:
+            steps.append(
+                Step(
+                    _srun(plan, node, ["cedana", "plugin", "install", plugin]),
+                    node,
+                    f"Cedana's {plugin} plugin",
+                )
+            )
+        steps.append(
+            Step(
+                _srun(plan, node, ["cedana", "slurm", "setup", "--node-role", "worker"]),
+                node,
+                "SPANK/task plugins and the daemon on a worker",
+            )
+        )
+        if node == controller:
+            steps.append(
+                Step(
+                    _srun(plan, node, ["cedana", "slurm", "setup", "--node-role", "controller"]),
+                    node,
+                    "cli_filter/job_submit plugins on the controller (named in the config)",
+                )
+            )
+        steps.append(
+            Step(
+                _srun(plan, node, ["cedana", "daemon", "check", "--full"]),
+                node,
+                "the daemon answers before any job opts in",
+            )
+        )
+    return steps
+
+
+def slurm_uninstall_steps(plan: Plan, nodes: Iterable[str] | None = None) -> list[Step]:
+    """``cedana slurm destroy`` per node; what it leaves is checked, not deleted by us."""
+    return [
+        Step(_srun(plan, node, ["cedana", "slurm", "destroy"]), node, "Cedana's own removal")
+        for node in _plan_nodes(plan, "slurm", nodes)
+    ]
+
+
+def sbatch_opt_in_args(arm: str) -> list[str]:
+    """The managed arm opts in; the unmanaged arm never does."""
+    return [SBATCH_OPT_IN] if _arm(arm) == "managed" else []
+
+
+def sbatch_argv(
+    plan: Plan, *, arm: str, node: str, job_name: str, script_argv: list[str]
+) -> list[str]:
+    """One attempt's sbatch argv, pinned to a plan node in the plan's partition."""
+    _plan_nodes(plan, "slurm", [node])
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={job_name}",
+        f"--partition={plan.cluster.queue}",
+        f"--nodelist={node}",
+        "--nodes=1",
+        "--no-requeue",  # recovery submits a new, linked job; Slurm never requeues ours
+    ]
+    if plan.workload.gpus:
+        argv.append(f"--gres=gpu:{plan.workload.gpus}")
+    return [*argv, *sbatch_opt_in_args(arm), *script_argv]
+
+
+def unmanaged_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """The submitting environment for the unmanaged arm: sbatch exports ALL of it by default,
+    so a CEDANA_ENABLE set in the caller's shell would opt the unmanaged job in silently."""
+    return {k: v for k, v in environ.items() if k != OPT_IN_ENV}
+
+
+_SBATCH_EXPORT = re.compile(r"^#SBATCH\s+.*\bCEDANA_ENABLE\b", re.M)
+
+
+def ensure_script_does_not_opt_in(script_text: str) -> None:
+    """A production sbatch script with its own ``#SBATCH --export=CEDANA_ENABLE=1`` would opt
+    the unmanaged arm in: refuse it rather than edit the user's script."""
+    match = _SBATCH_EXPORT.search(script_text)
+    if match:
+        raise CedanaError(
+            f"the workload script opts itself in ({match.group(0)!r}): the unmanaged arm "
+            "would be checkpointed too; remove the line and let ckpt-poc opt the managed arm in"
+        )
+
+
+@dataclass(frozen=True, repr=False)
+class CedanaRequest:
+    """One REST call to Cedana's control plane. ``headers`` is the redacted view for logs and
+    events; only ``http_headers()`` (called by ``send``) holds the token itself."""
+
+    method: str
+    url: str
+    json: dict[str, Any] | None
+    token: SecretStr
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": "Bearer **********", "Content-Type": "application/json"}
+
+    def http_headers(self) -> dict[str, str]:
+        return {
+            "Authorization": f"Bearer {self.token.get_secret_value()}",
+            "Content-Type": "application/json",
+        }
+
+    def redacted(self) -> dict[str, Any]:
+        """What an event or dataset may record."""
+        return {"method": self.method, "url": self.url, "headers": self.headers, "json": self.json}
+
+    def __repr__(self) -> str:
+        return (
+            f"CedanaRequest(method={self.method!r}, url={self.url!r}, "
+            f"headers={self.headers!r}, json={self.json!r})"
+        )
+
+    __str__ = __repr__
+
+
+def _job_id(value: str) -> str:
+    if not _JOB_ID.match(str(value)):
+        raise CedanaError(f"{value!r} is not a Slurm job id")
+    return str(value)
+
+
+def checkpoint_request(
+    plan: Plan, config: CedanaConfig, token: SecretStr, *, job_id: str, node: str
+) -> CedanaRequest:
+    """Checkpoint one job; ``node`` is where Slurm placed it (squeue), refused if not ours.
+    The body's field names are an assumption: the notes give the route, not the schema."""
+    _plan_nodes(plan, "slurm", [node])
+    body = {"job_id": _job_id(job_id), "cluster_id": config.cluster_id}
+    return CedanaRequest("POST", f"{config.url}/v2/slurm/checkpoint/job", body, token)
+
+
+def restore_request(
+    plan: Plan,
+    config: CedanaConfig,
+    token: SecretStr,
+    *,
+    job_id: str,
+    node: str,
+    checkpoint_id: str | None = None,
+) -> CedanaRequest:
+    """Restore the job ``job_id`` (optionally from one checkpoint); Slurm gives it a new id."""
+    _plan_nodes(plan, "slurm", [node])
+    body: dict[str, Any] = {"job_id": _job_id(job_id), "cluster_id": config.cluster_id}
+    if checkpoint_id is not None:
+        body["checkpoint_id"] = str(checkpoint_id)
+    return CedanaRequest("POST", f"{config.url}/v2/slurm/restore/job", body, token)
+
+
+def list_checkpoints_request(config: CedanaConfig, token: SecretStr) -> CedanaRequest:
+    return CedanaRequest("GET", f"{config.url}/v2/slurm/checkpoints", None, token)
+
+
+@dataclass(frozen=True)
+class RestoreLink:
+    """A restored job is a new Slurm job: the report follows the chain by these two ids."""
+
+    old_job_id: str
+    new_job_id: str
+    checkpoint_id: str | None = None
+
+    def event_detail(self) -> dict[str, str | None]:
+        # The same key the harness's own recoveries use for "this attempt recovers that one".
+        return {
+            "job_id": self.new_job_id,
+            "linked_to": self.old_job_id,
+            "checkpoint_id": self.checkpoint_id,
+        }
+
+
+def link_restored_job(old_job_id: str, response: Mapping[str, Any]) -> RestoreLink:
+    """Read the new job id from the restore response (``job_id``, or ``new_job_id``)."""
+    new = response.get("new_job_id", response.get("job_id"))
+    if new is None:
+        raise CedanaError(f"the restore response names no job id (keys: {sorted(response)})")
+    old, new = _job_id(old_job_id), _job_id(str(new))
+    if new == old:
+        raise CedanaError(f"the restore kept job id {old}: a restored job must be a new job")
+    checkpoint = response.get("checkpoint_id")
+    return RestoreLink(old, new, None if checkpoint is None else str(checkpoint))
+
+
+def send(request: CedanaRequest, timeout: float = 30) -> Any:
+    """Make the call (only when a caller asks); the JSON answer. Errors never carry the token."""
+    data = None if request.json is None else json.dumps(request.json).encode()
+    req = urllib.request.Request(
+        request.url, data=data, method=request.method, headers=request.http_headers()
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as answer:  # the URL is http(s)
+            body = answer.read()
+    except OSError as exc:  # HTTPError and URLError are OSErrors; their text has no headers
+        raise CedanaError(f"{request.method} {request.url} failed: {exc}") from None
+    return json.loads(body) if body.strip() else None
+
+
+# --- Kubernetes ------------------------------------------------------------------------------
+
+
+def helm_values(token: SecretStr) -> SecretStr:
+    """The values given on Helm's stdin: only the token (everything else is on the argv,
+    where an auditor can read it)."""
+    text = yaml.safe_dump({"config": {"authToken": token.get_secret_value()}})
+    return SecretStr(text)
+
+
+def helm_install_argv(config: CedanaConfig) -> tuple[str, ...]:
+    return (
+        "helm",
+        "install",
+        HELM_RELEASE,
+        HELM_CHART,
+        "--version",
+        config.chart_version,
+        "-n",
+        HELM_NAMESPACE,
+        "--create-namespace",
+        # --set-string: `--set …=true` would make a YAML boolean, and a nodeSelector value
+        # must be a string; a numeric-looking cluster id would become a number.
+        "--set-string",
+        f"config.url={config.url}",
+        "--set-string",
+        f"config.clusterId={config.cluster_id}",
+        "--set-string",
+        # One argv element, no shell: the backslash tells Helm the dots are in the key.
+        "daemonHelper.nodeSelector.cedana\\.ai/enabled=true",
+        "--values",
+        "-",  # the token arrives on stdin (Step.stdin), never on the argv
+    )
+
+
+def k8s_install_steps(
+    plan: Plan, config: CedanaConfig, token: SecretStr, nodes: Iterable[str] | None = None
+) -> list[Step]:
+    """Label the plan's nodes (no --overwrite: a label already there is an error, so the
+    uninstall never removes one it did not put), then the Helm release pinned to the label."""
+    chosen = _plan_nodes(plan, "kubernetes", nodes)
+    steps = [
+        Step(
+            ("kubectl", "label", "nodes", node, f"{NODE_LABEL}=true"),
+            node,
+            "the helper DaemonSet runs only where this label is",
+        )
+        for node in chosen
+    ]
+    steps.append(Step(helm_install_argv(config), None, "Cedana's Helm release", helm_values(token)))
+    return steps
+
+
+def k8s_uninstall_steps(
+    plan: Plan, nodes: Iterable[str] | None = None, labelled_before: Collection[str] = ()
+) -> list[Step]:
+    """``helm uninstall``, then the label removed from each plan node that did not carry it
+    before the install (``labelled_before``: from the before_install snapshot)."""
+    chosen = _plan_nodes(plan, "kubernetes", nodes)
+    _plan_nodes(plan, "kubernetes", labelled_before)
+    steps = [
+        Step(
+            ("helm", "uninstall", HELM_RELEASE, "-n", HELM_NAMESPACE),
+            None,
+            # The chart's pre-delete hook runs on every node (no nodeSelector): see the notes.
+            "Cedana's own removal (its pre-delete DaemonSet is cluster-wide)",
+        )
+    ]
+    steps += [
+        Step(
+            ("kubectl", "label", "nodes", node, f"{NODE_LABEL}-"),
+            node,
+            "the label this PoC put on",
+        )
+        for node in chosen
+        if node not in labelled_before
+    ]
+    return steps
+
+
+def _k8s_name(name: str) -> str:
+    if not _DNS_1123.match(name):
+        raise CedanaError(f"{name!r} is not a Kubernetes name (lowercase DNS-1123 label)")
+    return name
+
+
+def opt_in_pod(
+    pod: Mapping[str, Any], plan: Plan, *, arm: str, node: str, interval_s: float | None = None
+) -> dict[str, Any]:
+    """A copy of a Pod manifest for one arm: in the plan's namespace, pinned to a plan node;
+    the managed arm opts in (runtimeClassName and cedana.ai labels), the unmanaged never."""
+    _plan_nodes(plan, "kubernetes", [node])
+    _arm(arm)
+    if pod.get("apiVersion") != "v1" or pod.get("kind") != "Pod":
+        raise CedanaError("only a v1 Pod manifest is supported (no Deployment, Job, …)")
+    out = copy.deepcopy(dict(pod))
+    meta = out.setdefault("metadata", {})
+    spec = out.setdefault("spec", {})
+    _k8s_name(meta.get("name", ""))
+    namespace = meta.get("namespace", plan.cluster.queue)
+    if namespace != plan.cluster.queue:
+        raise BlastRadiusError(f"namespace {namespace!r} is not the plan's {plan.cluster.queue!r}")
+    meta["namespace"] = plan.cluster.queue
+    labels = meta.setdefault("labels", {})
+    cedana_labels = sorted(k for k in labels if k.startswith("cedana.ai/"))
+    runtime = spec.get("runtimeClassName")
+    if arm == "unmanaged" and (runtime == RUNTIME_CLASS or cedana_labels):
+        raise CedanaError(f"the manifest opts itself in ({runtime!r}, {cedana_labels}): refused")
+    if arm == "managed" and runtime not in (None, RUNTIME_CLASS):
+        raise CedanaError(f"the manifest already has runtimeClassName {runtime!r}")
+    if not spec.get("containers"):
+        raise CedanaError("the Pod manifest has no spec.containers")
+    labels["ckpt-poc/arm"] = arm
+    # Pinned by the node's hostname label, and the scheduler still places it (no nodeName).
+    spec["nodeSelector"] = {**spec.get("nodeSelector", {}), HOSTNAME_LABEL: node}
+    if arm == "managed":
+        spec["runtimeClassName"] = RUNTIME_CLASS
+        labels["cedana.ai/node-restore"] = "true"
+        every = plan.checkpointer.interval_s if interval_s is None else interval_s
+        labels["cedana.ai/heartbeat-checkpoint"] = str(max(1, round(every)))
+    return out
+
+
+def pod_manifest(
+    plan: Plan, *, arm: str, node: str, name: str, image: str, command: list[str]
+) -> dict[str, Any]:
+    """A minimal Pod for one arm (GPUs as the plan's workload asks), opted in by ``opt_in_pod``."""
+    _plan_nodes(plan, "kubernetes", [node])
+    container: dict[str, Any] = {"name": "workload", "image": image, "command": list(command)}
+    if plan.workload.gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": plan.workload.gpus}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": _k8s_name(name), "namespace": plan.cluster.queue},
+        "spec": {"restartPolicy": "Never", "containers": [container]},
+    }
+    return opt_in_pod(pod, plan, arm=arm, node=node)
+
+
+# --- the way out: what Cedana's own removal leaves, in the snapshot's kinds -----------------
+
+
+@dataclass(frozen=True)
+class _Leftover:
+    kind: str
+    key_glob: str
+    why: str
+    clusters: tuple[str, ...] = field(default=("slurm", "kubernetes"))
+
+
+_S, _K = ("slurm",), ("kubernetes",)
+# What `cedana slurm setup` / `cedana k8s setup` apt-install (the notes list these and "…").
+SETUP_PACKAGES = (
+    "libnet-dev",
+    "libprotobuf-c-dev",
+    "libnl-3-dev",
+    "libbsd-dev",
+    "libcap-dev",
+    "libseccomp-dev",
+    "libgpgme11-dev",
+    "iptables",
+    "psmisc",
+)
+_LEFTOVERS: tuple[_Leftover, ...] = (
+    # Both: `cedana slurm destroy` / `cedana k8s destroy` remove the unit file, not its link.
+    _Leftover(
+        "units",
+        "*multi-user.target.wants/cedana.service*",
+        "destroy deletes the unit without `systemctl disable`: a dangling symlink stays",
+    ),
+    _Leftover("files", "/etc/profile.d/cedana.sh", "setup writes it; destroy does not remove it"),
+    _Leftover("sysctls", "fs.pipe-user-pages-soft", "setup writes 0 to /proc; never restored"),
+    _Leftover("sysctls", "fs.pipe-max-size", "setup writes 4194304 to /proc; never restored"),
+    _Leftover(
+        "sysctls",
+        "kernel.io_uring_disabled",
+        "set to 2 (by default on Kubernetes, with the /dev/shm option on Slurm); never restored",
+    ),
+    _Leftover("files", "/run/criu.kdat", "CRIU's kernel-feature cache; destroy's globs miss it"),
+    _Leftover(
+        "files",
+        "/usr/local/bin/criu",
+        "a plugin binary (with file capabilities in Slurm's unprivileged mode); destroy removes "
+        "only *cedana*",
+    ),
+    _Leftover("files", "/usr/local/bin/cuda-checkpoint", "a plugin binary; not *cedana*"),
+    _Leftover("files", "/usr/local/bin/yq", "setup may download it; not *cedana*"),
+    _Leftover("files", "/usr/lib/criu/*.so", "CRIU's CUDA plugin; outside destroy's globs"),
+    _Leftover("files", "/etc/fstab*", "the optional /dev/shm remount edits fstab (+ fstab.bak)"),
+    _Leftover("mounts", "/dev/shm", "the optional /dev/shm remount is not undone"),
+    _Leftover("files", "/tmp/dump-*", "checkpoint images dump-<type>-<jid>-<ts> (temp folder)"),
+    *(
+        _Leftover("packages", name, "setup apt-installs it (if absent); destroy removes none")
+        for name in SETUP_PACKAGES
+    ),
+    _Leftover(
+        "processes",
+        "*cedana*",
+        "a daemon started with `cedana daemon start` outside systemd survives the unit's removal",
+    ),
+    _Leftover(
+        "sockets",
+        "*cedana*",
+        "a surviving daemon still listening (cedana.sock in the runtime folder, or TCP 8080)",
+    ),
+    _Leftover(
+        "ldconfig",
+        "*libcedana*",
+        "inferred: if setup ran ldconfig, the cache keeps the removed libcedana-*.so entries",
+    ),
+    # Slurm wiring: left unless the closed-source `cedana-slurm cleanup` undoes it.
+    _Leftover("scheduler", "file:*/*cedana*.so", "the .so copies in Slurm's PluginDir", _S),
+    _Leftover(
+        "scheduler", "file:*plugstack*", "the `required …/spank_cedana.so` plugstack line", _S
+    ),
+    _Leftover("scheduler", "config:TaskPlugin", "task/cedana added to TaskPlugin", _S),
+    _Leftover("scheduler", "config:CliFilterPlugins", "Cedana's cli_filter plugin", _S),
+    _Leftover("scheduler", "config:JobSubmitPlugins", "Cedana's job_submit plugin", _S),
+    _Leftover("files", "/etc/default/slurmd", "setup's environment for slurmd", _S),
+    _Leftover("units", "*slurmd.service.d/*", "systemd drop-in for slurmd", _S),
+    _Leftover("units", "*slurmctld.service.d/*", "systemd drop-in for slurmctld", _S),
+    _Leftover(
+        "files",
+        "/usr/*bin/cedana-slurm",
+        "the Slurm helper, with file capabilities (setcap) in unprivileged mode",
+        _S,
+    ),
+    # Kubernetes: `cedana k8s destroy` and helm uninstall leave the node-side runtime wiring.
+    _Leftover(
+        "files",
+        "/etc/containerd/conf.d/999-cedana.toml",
+        "containerd runtime `cedana` pointing at a deleted shim",
+        _K,
+    ),
+    _Leftover(
+        "files",
+        "/etc/containerd/config.toml",
+        "config v2: the cedana runtime stanza appended; v3: the imports line",
+        _K,
+    ),
+    _Leftover("files", "*/99-cedana.conf", "kubelet runtimeRequestTimeout: 10m drop-in", _K),
+    _Leftover(
+        "scheduler",
+        f"label:{NODE_LABEL}",
+        "the node label the PoC put on; Helm does not remove it (our uninstall step does)",
+        _K,
+    ),
+    _Leftover(
+        "scheduler",
+        "taint:cedana.ai/not-ready:*",
+        "the helper's taint; removed by the pre-delete hook only if that hook ran",
+        _K,
+    ),
+)
+
+
+def expected_leftovers(cluster_kind: str) -> list[dict[str, str]]:
+    """What Cedana's own removal is known (or, where said, inferred) to leave on a node, as
+    ``{kind, key_glob, why}`` in the snapshot's kinds: the exit diff must name each one.
+
+    ``key_glob`` is an fnmatch glob over tasks/exit/snapshots.py's keys: absolute paths for files
+    and units, dotted names for sysctls, package names, ``config:KEY``, ``file:PATH``,
+    ``label:KEY`` and ``taint:KEY:EFFECT`` for the scheduler."""
+    if cluster_kind not in ("slurm", "kubernetes"):
+        raise CedanaError(f"Cedana has no {cluster_kind!r} install in this PoC")
+    return [
+        {"kind": item.kind, "key_glob": item.key_glob, "why": item.why}
+        for item in _LEFTOVERS
+        if cluster_kind in item.clusters
+    ]
+
+
+def exit_checklist(plan: Plan, nodes: Iterable[str] | None = None) -> list[dict[str, str]]:
+    """Per plan node, the leftovers the after_uninstall snapshot must show gone: checked, never
+    deleted by us (the PoC does not remove what it did not create)."""
+    chosen = _plan_nodes(plan, plan.cluster.kind, nodes)
+    return [
+        {"node": node, **item} for node in chosen for item in expected_leftovers(plan.cluster.kind)
+    ]

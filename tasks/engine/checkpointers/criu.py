@@ -1,0 +1,514 @@
+"""CRIU checkpoints of a running workload: periodic full dumps, restore of the last complete one.
+
+Each checkpoint is a new folder `ckpt-NNNNN`; it counts only once CRIU exited 0 and the
+harness wrote its `COMPLETE` record (atomically), so a dump cut short is never restored.
+The last `keep` complete checkpoints are kept. Every dump records `checkpoint_start` and
+`checkpoint_end` (image bytes, dump seconds, CRIU's freezing and frozen times, and the log
+bytes the frozen workload had written: what the checkpoint holds).
+
+Each checkpointer holds a shared `flock` on `<root>/.owners.lock` while it lives; the kernel
+drops it when its process ends, however it ends. A checkpointer that finds no other holder
+(an exclusive lock succeeds) removes what killed owners left: folders without `COMPLETE`
+and complete ones beyond `keep`. `clean_dead_roots` does the same for every root under a
+folder (the runs of a PoC), so the next run cleans up after a killed one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from tasks.data.errors import CkptPocError
+from tasks.engine.clock import Event, EventRecorder
+from tasks.engine.clusters.local import LocalCluster, RunReaper, WorkloadProcess, descendants
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+ACTION_SCRIPT = REPO_ROOT / "scripts" / "criu-action-script"
+CACHED_BUILD = REPO_ROOT / ".tools" / "criu" / "bin" / "criu"
+COMPLETE = "COMPLETE.json"
+OWNERS_LOCK = ".owners.lock"  # flock-ed (shared) by every live checkpointer of the root
+_STAT = re.compile(
+    r"^(Freezing time|Frozen time|Memory dump time|Memory write time):\s*(\d+)\s*us", re.M
+)
+
+
+class CriuError(CkptPocError):
+    """CRIU failed; the message carries the tail of its log."""
+
+
+def find_criu() -> str:
+    """The CRIU binary: $CKPT_POC_CRIU, else the project's build, else `criu` on PATH."""
+    for candidate in (os.environ.get("CKPT_POC_CRIU"), str(CACHED_BUILD), shutil.which("criu")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise CriuError(
+        "CRIU not found: run scripts/install-criu (it builds CRIU 4.x into .tools/criu), "
+        "or set CKPT_POC_CRIU to a criu binary whose `criu check` passes"
+    )
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text[-lines:])
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    index: int
+    path: Path
+    image_bytes: int
+    dump_s: float
+    freezing_us: int | None
+    frozen_us: int | None
+    held_log_bytes: int | None  # bytes of the workload log written when it was frozen
+    pid: int
+
+    @classmethod
+    def load(cls, path: Path) -> Checkpoint | None:
+        try:
+            record = json.loads((path / COMPLETE).read_text())
+            return cls(**{**record, "path": Path(record["path"])})
+        except (OSError, ValueError, TypeError, KeyError):
+            return None
+
+
+def _try_flock(fd: int, how: int) -> bool:
+    """Take a flock without waiting; False if another open file holds a conflicting one."""
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise
+    return True
+
+
+def remove_stale_checkpoints(
+    root: Path, keep: int | None, protect: Iterable[Path] = ()
+) -> list[Path]:
+    """Remove folders without a COMPLETE record, and complete ones beyond the newest
+    ``keep`` (None: keep them all). Only call it holding ``root`` exclusively: a live
+    owner's dump in progress has no COMPLETE record yet either."""
+    spared = {Path(p).resolve() for p in protect}
+    folders = sorted(p for p in root.glob("ckpt-*") if p.is_dir())
+    complete = [p for p in folders if Checkpoint.load(p) is not None]
+    stale = [p for p in folders if p not in complete]
+    if keep is not None:
+        stale += complete[: max(0, len(complete) - keep)]
+    removed = []
+    for folder in sorted(stale):
+        if folder.resolve() not in spared:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
+def clean_dead_roots(parent: Path, depth: int = 3) -> list[Path]:
+    """In every checkpoint root up to ``depth`` levels under ``parent`` whose owners are
+    all gone, remove what they left (with the ``keep`` the last owner wrote). A root a live
+    process holds, or whose lock cannot be taken here, is not touched."""
+    removed: list[Path] = []
+    locks = [lock for d in range(1, depth + 1) for lock in parent.glob("*/" * d + OWNERS_LOCK)]
+    for lock in locks:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if not _try_flock(fd, fcntl.LOCK_EX):
+                continue
+            try:
+                keep = int(json.loads(os.pread(fd, 4096, 0) or b"{}").get("keep"))
+            except (ValueError, TypeError):
+                keep = None  # not known: complete checkpoints stay
+            removed += remove_stale_checkpoints(lock.parent, keep)
+        except OSError:
+            continue  # e.g. ENOLCK on a filesystem without locks: cannot tell, leave it
+        finally:
+            os.close(fd)
+    return removed
+
+
+class CriuCheckpointer:
+    """Checkpoints one workload copy (the managed arm) into ``root``.
+
+    ``protect``: checkpoint folders the start-up cleanup must leave even if stale (the one
+    a restore is about to use)."""
+
+    def __init__(
+        self,
+        root: Path,
+        keep: int,
+        recorder: EventRecorder,
+        trial_id: str,
+        arm: str = "managed",
+        binary: str | None = None,
+        timeout_s: float = 600,
+        protect: Iterable[Path] = (),
+    ) -> None:
+        self.root = root
+        self.keep = keep
+        self.timeout_s = timeout_s  # one CRIU command; past it, CRIU and its children die
+        self.binary = binary or find_criu()
+        self._recorder, self._trial, self._arm = recorder, trial_id, arm
+        self._lock = threading.Lock()  # one CRIU operation at a time
+        root.mkdir(parents=True, exist_ok=True)
+        self.removed_stale = self._hold_root(protect)
+        self._next = 1 + max((self._index(p) for p in root.glob("ckpt-*")), default=0)
+
+    def _hold_root(self, protect: Iterable[Path]) -> list[Path]:
+        """Hold the root (shared) for this checkpointer's life; if no one else holds it,
+        first remove what dead owners left. Returns the folders removed."""
+        fd = os.open(self.root / OWNERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        removed: list[Path] = []
+        try:
+            if _try_flock(fd, fcntl.LOCK_EX):
+                removed = remove_stale_checkpoints(self.root, self.keep, protect)
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, json.dumps({"keep": self.keep}).encode(), 0)  # for the next run
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while another start-up cleans
+        except OSError:
+            os.close(fd)  # no locks on this filesystem: cannot tell who lives, clean nothing
+            return removed
+        self._owner_fd = fd
+        self._release = weakref.finalize(self, os.close, fd)
+        return removed
+
+    def close(self) -> None:
+        """Let go of the root (as the end of this process would)."""
+        if hasattr(self, "_release"):
+            self._release()
+
+    def record(self, event: str, **detail: object) -> Event:
+        return self._recorder.record(self._trial, self._arm, event, **detail)
+
+    @staticmethod
+    def _index(path: Path) -> int:
+        try:
+            return int(path.name.split("-", 1)[1])
+        except (IndexError, ValueError):
+            return 0
+
+    def _run(
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        reaper: RunReaper | None = None,
+        pidfile: Path | None = None,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run CRIU; past the timeout, kill it and every process it spawned (a restore from
+        damaged images can spin forever in CRIU's restorer) and raise CriuError.
+
+        With ``reaper``, CRIU (and the pid a restore writes to ``pidfile``) dies with the
+        harness: a restore the harness did not live to adopt is not left running."""
+        timeout = timeout or self.timeout_s
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        try:
+            if reaper is not None:
+                reaper.track(proc.pid)
+                if pidfile is not None:
+                    reaper.watch_pidfile(pidfile, proc.pid)
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            for pid in [*descendants(proc.pid), proc.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            proc.communicate()
+            raise CriuError(
+                f"criu {argv[1]} did not finish within {timeout:.0f} s: killed"
+            ) from None
+        except BaseException:
+            proc.kill()
+            proc.communicate()
+            raise
+        finally:
+            if reaper is not None:
+                reaper.forget(proc.pid)
+        return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+    def dump(self, proc: WorkloadProcess) -> Checkpoint:
+        """One full dump, leaving the workload running; raises CriuError on failure."""
+        with self._lock:
+            index, self._next = self._next, self._next + 1
+            folder = self.root / f"ckpt-{index:05d}"
+            folder.mkdir()
+            held = folder / "held-log-bytes"
+            start = self.record("checkpoint_start", index=index, pid=proc.pid)
+            t0 = time.monotonic()
+            done = self._run(
+                [
+                    self.binary,
+                    "dump",
+                    "-t",
+                    str(proc.pid),
+                    "-D",
+                    str(folder),
+                    "--leave-running",
+                    "--tcp-close",
+                    "--skip-in-flight",
+                    "--display-stats",
+                    "--action-script",
+                    str(ACTION_SCRIPT),
+                    "-o",
+                    "dump.log",
+                ],
+                env={"CKPT_POC_HELD_LOG": str(proc.log), "CKPT_POC_HELD_OUT": str(held)},
+                reaper=proc.reaper,
+            )
+            dump_s = time.monotonic() - t0
+            if done.returncode != 0:
+                tail = _tail(folder / "dump.log")
+                self.record(
+                    "checkpoint_failed",
+                    index=index,
+                    rc=done.returncode,
+                    log_tail=tail[-2000:],
+                    # A workload that reached its end while CRIU dumped it: the failure is
+                    # kept, and said to be that, not the checkpointer's.
+                    workload_exited=_gone_soon(proc),
+                )
+                shutil.rmtree(folder, ignore_errors=True)
+                raise CriuError(f"criu dump of pid {proc.pid} exited {done.returncode}:\n{tail}")
+            stats = {k: int(v) for k, v in _STAT.findall(done.stdout + done.stderr)}
+            ckpt = Checkpoint(
+                index=index,
+                path=folder,
+                image_bytes=sum(f.stat().st_size for f in folder.glob("*.img")),
+                dump_s=dump_s,
+                freezing_us=stats.get("Freezing time"),
+                frozen_us=stats.get("Frozen time"),
+                held_log_bytes=int(held.read_text()) if held.exists() else None,
+                pid=proc.pid,
+            )
+            record = {**asdict(ckpt), "path": str(folder)}
+            tmp = folder / f".{COMPLETE}.tmp"
+            tmp.write_text(json.dumps(record))
+            os.replace(tmp, folder / COMPLETE)  # the checkpoint counts from here on
+            self.record(
+                "checkpoint_end",
+                index=index,
+                image_bytes=ckpt.image_bytes,
+                dump_s=dump_s,
+                freezing_us=ckpt.freezing_us,
+                frozen_us=ckpt.frozen_us,
+                held_log_bytes=ckpt.held_log_bytes,
+                since_start_s=(time.monotonic_ns() - start.t_mono_ns) / 1e9,
+            )
+            self._prune()
+            return ckpt
+
+    def complete(self) -> list[Checkpoint]:
+        found = (Checkpoint.load(p) for p in sorted(self.root.glob("ckpt-*")))
+        return [c for c in found if c is not None]
+
+    def last_complete(self) -> Checkpoint | None:
+        return self.last_complete_under(self.root)
+
+    @staticmethod
+    def last_complete_under(root: Path) -> Checkpoint | None:
+        """The newest complete checkpoint in ``root`` (read from disk: another process, such
+        as a Slurm job, may be the one taking them)."""
+        found = (Checkpoint.load(p) for p in sorted(root.glob("ckpt-*")))
+        done = [c for c in found if c is not None]
+        return done[-1] if done else None
+
+    def _prune(self) -> None:
+        done = self.complete()
+        for old in done[: max(0, len(done) - self.keep)]:
+            shutil.rmtree(old.path, ignore_errors=True)
+
+    def _restore_paths(self) -> tuple[Path, Path]:
+        """A fresh (pidfile, log) pair for the next restore under this root."""
+        n = 1 + len(list(self.root.glob("restore-*.log")))
+        return self.root / f"restore-{n:05d}.pid", self.root / f"restore-{n:05d}.log"
+
+    def restore_attached(
+        self, checkpoint: Checkpoint, timeout: float = 120
+    ) -> tuple[subprocess.Popen, int]:
+        """Restore in the foreground: CRIU stays the restored tree's parent until it exits,
+        so a scheduler that kills the job's processes (Slurm's process group) still reaches
+        the restored workload. Returns (the CRIU process, the restored workload's pid)."""
+        with self._lock:
+            pidfile, log = self._restore_paths()
+            self.record("restore_start", index=checkpoint.index)
+            proc = subprocess.Popen(
+                [
+                    self.binary,
+                    "restore",
+                    "-D",
+                    str(checkpoint.path),
+                    "--tcp-close",
+                    "--pidfile",
+                    str(pidfile),
+                    "-o",
+                    str(log),
+                ],
+                stdin=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + timeout
+            while proc.poll() is None and time.monotonic() < deadline:
+                if pidfile.exists() and pidfile.read_text().strip():
+                    pid = int(pidfile.read_text().strip())
+                    self.record("restored", index=checkpoint.index, pid=pid)
+                    return proc, pid
+                time.sleep(0.002)
+            if proc.poll() is None:
+                proc.kill()
+            rc = proc.wait()
+            tail = _tail(log)
+            self.record("restore_failed", index=checkpoint.index, rc=rc, log_tail=tail[-2000:])
+            raise CriuError(
+                f"criu restore of checkpoint {checkpoint.path} exited {rc} "
+                f"before the workload ran:\n{tail}"
+            )
+
+    def restore(
+        self, cluster: LocalCluster, slot: str, checkpoint: Checkpoint | None = None
+    ) -> WorkloadProcess:
+        """Restore the last complete checkpoint (or the one given), detached, fresh pidfile."""
+        ckpt = checkpoint or self.last_complete()
+        if ckpt is None:
+            raise CriuError(f"no complete checkpoint under {self.root} to restore")
+        with self._lock:
+            pidfile, log = self._restore_paths()
+            self.record("restore_start", index=ckpt.index)
+            try:
+                done = self._run(
+                    [
+                        self.binary,
+                        "restore",
+                        "-D",
+                        str(ckpt.path),
+                        "-d",
+                        "--tcp-close",
+                        "--pidfile",
+                        str(pidfile),
+                        "-o",
+                        str(log),
+                    ],
+                    reaper=cluster.reaper,
+                    pidfile=pidfile,
+                )
+                if done.returncode != 0 or not pidfile.exists():
+                    tail = _tail(log)
+                    self.record(
+                        "restore_failed",
+                        index=ckpt.index,
+                        rc=done.returncode,
+                        log_tail=tail[-2000:],
+                    )
+                    raise CriuError(
+                        f"criu restore of checkpoint {ckpt.path} exited {done.returncode}:\n{tail}"
+                    )
+                pid = int(pidfile.read_text().strip())
+                self.record("restored", index=ckpt.index, pid=pid)
+                return cluster.adopt(slot, self._arm, pid)
+            finally:
+                cluster.reaper.forget_pidfile(pidfile)  # adopted (tracked by pid), or failed
+
+
+def _gone_soon(proc: WorkloadProcess, within_s: float = 1.0) -> bool:
+    """Whether the process is gone, or goes within ``within_s`` (one that was exiting)."""
+    deadline = time.monotonic() + within_s
+    while proc.alive():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+class PeriodicCheckpoints:
+    """Dump every ``interval_s`` on a schedule; a tick that comes while a dump still runs is
+    recorded as `checkpoint_skipped`, never queued behind it.
+
+    A failed dump (CriuError) is recorded in ``errors`` and the schedule goes on. Anything
+    else that ends the thread is a bug or a bad setting: it is kept in ``failure``, recorded
+    as `thread_failed`, and raised by ``check()`` or ``stop()``, so the run fails with it
+    instead of going on with no checkpoints."""
+
+    def __init__(
+        self,
+        checkpointer: CriuCheckpointer,
+        proc: WorkloadProcess,
+        interval_s: float,
+        on_failure: Callable[[BaseException], object] | None = None,
+    ) -> None:
+        self.checkpointer, self.proc, self.interval_s = checkpointer, proc, interval_s
+        self._on_failure = on_failure  # for a caller blocked elsewhere (a Slurm job's wait)
+        self.errors: list[CriuError] = []
+        self.failure: BaseException | None = None
+        self._raised = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
+
+    def start(self) -> PeriodicCheckpoints:
+        self._thread.start()
+        return self
+
+    def check(self) -> None:
+        """Raise the exception that ended the thread, once (a caller's cleanup that calls
+        ``stop()`` again then still runs to its end)."""
+        if self.failure is not None and not self._raised:
+            self._raised = True
+            raise self.failure
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+        self.check()
+
+    def _run(self) -> None:
+        try:
+            self._dump_on_schedule()
+        except BaseException as exc:
+            self.failure = exc
+            with contextlib.suppress(Exception):  # the failure is kept even if this fails
+                self.checkpointer.record(
+                    "thread_failed", thread=self._thread.name, error=repr(exc)[:2000]
+                )
+            if self._on_failure is not None:
+                self._on_failure(exc)
+
+    def _dump_on_schedule(self) -> None:
+        origin = time.monotonic()
+        tick = 1
+        while not self._stop.wait(max(0.0, origin + tick * self.interval_s - time.monotonic())):
+            if not self.proc.alive():
+                return
+            try:
+                self.checkpointer.dump(self.proc)
+            except CriuError as exc:
+                self.errors.append(exc)
+            # Ticks that fell due while that dump ran are skipped, and recorded as such.
+            due = int((time.monotonic() - origin) // self.interval_s)
+            if due > tick:
+                self.checkpointer.record(
+                    "checkpoint_skipped",
+                    ticks=due - tick,
+                    reason="previous dump still running",
+                )
+            tick = due + 1

@@ -1,0 +1,391 @@
+"""The local cluster: the plan's nodes are named slots on this machine.
+
+Each workload copy starts from an argv list in its own PID namespace and session
+(`unshare --pid --fork setsid ARGV`), so a CRIU restore never collides with a
+lingering PID, with stdout and stderr appended to a log in the run folder. Every process the
+engine starts or restores is tracked by pid and ended by pid when the run ends or fails.
+
+When the harness itself dies (SIGKILL included), a reaper ends the run's processes: a small
+process of its own session that reads the harness's list of pids from a pipe and, at the
+pipe's end-of-file (the kernel closes it whatever killed the harness), SIGKILLs each of
+those still alive. It outlives the harness for that alone. It covers CRIU restores too,
+which re-parent to init and so escape any parent-death signal of the launcher.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tasks.data.errors import BlastRadiusError, CkptPocError
+from tasks.engine.interpreter import resolve_workload_argv, workload_env
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+# No --kill-child (a parent-death signal on the workload): CRIU dumps and restores it, and a
+# restored copy would then die as soon as `criu restore -d` exits. The reaper ends copies.
+LAUNCHER = ["unshare", "--pid", "--fork", "setsid"]
+REAPER_GRACE_S = 5.0  # how long the reaper keeps killing what reappears (a restore finishing)
+
+
+class ProcessError(CkptPocError):
+    """A workload process could not be started or found."""
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat after the command name: [state, ppid, ...]; None if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] not in ("Z", "X")
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started (clock ticks since boot): with the pid, names it uniquely,
+    so a pid reused by another process is never taken for it. None if gone or a zombie."""
+    fields = _stat_fields(pid)
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])  # field 22 of stat; fields[0] is field 3
+
+
+def child_pids(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+            return [int(p) for p in fh.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, the children of each of its threads included."""
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        parent = stack.pop()
+        try:
+            threads = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children", encoding="ascii") as fh:
+                    kids = [int(k) for k in fh.read().split()]
+            except OSError:
+                continue
+            found.extend(kids)
+            stack.extend(kids)
+    return found
+
+
+def _is_pid_namespace_init(pid: int) -> bool:
+    """Pid 1 of its own PID namespace: what every workload copy (launched or restored) is."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("NSpid:"):
+                    ids = line.split()[1:]
+                    return len(ids) > 1 and ids[-1] == "1"
+    except OSError:
+        pass
+    return False
+
+
+def _reap_when_harness_dies(log_path: str) -> None:
+    """The reaper's main: follow the harness's commands on stdin; at its end, kill.
+
+    Commands, one a line: ``track PID TICKS`` / ``forget PID`` (a process of the run, named
+    by pid and start time), ``pidfile PATH TICKS`` / ``unpidfile PATH`` (a CRIU restore in
+    flight: the pid it will write there, a PID namespace's init started after TICKS).
+    Stdlib only: it runs as ``python -I -S``, so it starts fast and imports nothing else.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the harness's to handle
+    tracked: dict[int, int] = {}
+    pidfiles: dict[str, int] = {}
+    for raw in sys.stdin.buffer:  # ends at EOF: the harness closed the pipe, or died
+        words = raw.decode("utf-8", "replace").rstrip("\n").split(" ")
+        with contextlib.suppress(ValueError, IndexError):
+            if words[0] == "track":
+                tracked[int(words[1])] = int(words[2])
+            elif words[0] == "forget":
+                tracked.pop(int(words[1]), None)
+            elif words[0] == "pidfile":
+                pidfiles[" ".join(words[1:-1])] = int(words[-1])
+            elif words[0] == "unpidfile":
+                pidfiles.pop(" ".join(words[1:]), None)
+    killed: list[str] = []
+    deadline = time.monotonic() + REAPER_GRACE_S
+    while True:
+        victims: dict[int, int] = {}
+        for pid, ticks in tracked.items():
+            if start_ticks(pid) != ticks:
+                continue  # gone, or the pid now names another process: never touched
+            victims[pid] = ticks
+            for kid in descendants(pid):  # started by the run's own process
+                if (kid_ticks := start_ticks(kid)) is not None:
+                    victims[kid] = kid_ticks
+        for path, not_before in pidfiles.items():
+            try:
+                pid = int(Path(path).read_text().strip())
+            except (OSError, ValueError):
+                continue
+            ticks = start_ticks(pid)
+            if ticks is not None and ticks >= not_before and _is_pid_namespace_init(pid):
+                victims[pid] = ticks
+        if not victims:
+            break
+        for pid, ticks in victims.items():
+            if start_ticks(pid) == ticks:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(str(pid))
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    if killed:
+        with contextlib.suppress(OSError), open(log_path, "a", encoding="utf-8") as fh:
+            fh.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} killed {' '.join(killed)}\n")
+
+
+class RunReaper:
+    """The harness's side of the reaper: tells it which processes are the run's.
+
+    Each line is one ``write`` to a pipe, under PIPE_BUF, so it arrives whole whichever
+    thread sends it. The pipe's write end is close-on-exec: no workload or CRIU holds it,
+    so its end-of-file means the harness is gone.
+    """
+
+    def __init__(self, log: Path) -> None:
+        read_end, self._fd = os.pipe()
+        try:
+            self._proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    "-c",
+                    f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); "
+                    "from tasks.engine.clusters.local import _reap_when_harness_dies as reap; "
+                    f"reap({str(log)!r})",
+                ],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                start_new_session=True,  # a signal to the harness's process group spares it
+            )
+        except BaseException:
+            os.close(self._fd)
+            raise
+        finally:
+            os.close(read_end)
+        self._lock = threading.Lock()
+        self._closed = False
+        # The pipe closes when this object goes, so an abandoned reaper exits (killing
+        # whatever of the run is still alive: the run is over).
+        self._finalizer = weakref.finalize(self, os.close, self._fd)
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    def _send(self, line: str) -> None:
+        with self._lock:
+            if self._closed:
+                raise ProcessError("the run's reaper is closed")
+            try:
+                os.write(self._fd, (line + "\n").encode())
+            except BrokenPipeError:
+                raise ProcessError(
+                    f"the run's reaper (pid {self._proc.pid}) is gone: processes started "
+                    "now would outlive a killed harness"
+                ) from None
+
+    def track(self, pid: int) -> None:
+        """End ``pid`` if the harness dies while it runs (nothing, if it is already gone)."""
+        ticks = start_ticks(pid)
+        if ticks is not None:
+            self._send(f"track {pid} {ticks}")
+
+    def forget(self, pid: int) -> None:
+        with contextlib.suppress(ProcessError):  # called in cleanup: never raises
+            self._send(f"forget {pid}")
+
+    def watch_pidfile(self, pidfile: Path, writer_pid: int) -> None:
+        """A CRIU restore runs as ``writer_pid``: if the harness dies before it adopts the
+        restored copy, the pid CRIU writes to ``pidfile`` is ended too."""
+        ticks = start_ticks(writer_pid)
+        if ticks is not None:
+            self._send(f"pidfile {pidfile} {ticks}")
+
+    def forget_pidfile(self, pidfile: Path) -> None:
+        with contextlib.suppress(ProcessError):
+            self._send(f"unpidfile {pidfile}")
+
+    def close(self, timeout: float = 10.0) -> None:
+        """End the reaper (it kills what it still tracks first, as if the harness died)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._finalizer()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=timeout)
+
+
+@dataclass
+class WorkloadProcess:
+    """One running copy: the workload's own pid (host view), its slot, arm and log."""
+
+    slot: str
+    arm: str
+    pid: int
+    log: Path
+    launcher: subprocess.Popen | None = None  # the `unshare` parent, when we started it
+    reaper: RunReaper | None = None  # what ends the copy (and its CRIU) if the harness dies
+
+    def alive(self) -> bool:
+        return pid_alive(self.pid)
+
+
+@dataclass
+class LocalCluster:
+    """Named slots on this machine; everything it starts is tracked and ended by pid."""
+
+    nodes: list[str]
+    run_dir: Path
+    workdir: Path  # where workload commands run (their relative paths resolve here)
+    tracked: dict[int, WorkloadProcess] = field(default_factory=dict)
+    workload: str = ""  # the plan's workload name, for the samplers' attribution
+    _reaper: RunReaper | None = field(default=None, init=False, repr=False)
+
+    @property
+    def reaper(self) -> RunReaper:
+        """The run's reaper, started before the run's first process."""
+        if self._reaper is None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._reaper = RunReaper(self.run_dir / "reaper.log")
+        return self._reaper
+
+    def _check_slot(self, slot: str) -> None:
+        if slot not in self.nodes:
+            raise BlastRadiusError(f"slot {slot!r} is not one of the plan's nodes {self.nodes}")
+
+    def labels(self, slot: str, arm: str, tag: str) -> dict[str, str]:
+        """Environment that names the copy: the samplers read it from /proc/<pid>/environ to
+        tie CPU and GPU use to the PoC job, and CRIU restores it with the process."""
+        return {
+            "CKPT_POC_NODE": slot,
+            "CKPT_POC_ARM": arm,
+            "CKPT_POC_JOB": f"{self.run_dir.name}/{slot}-{arm}{'-' + tag if tag else ''}",
+            "CKPT_POC_TRIAL": tag,
+            "CKPT_POC_WORKLOAD": self.workload,
+        }
+
+    def log_path(self, slot: str, arm: str, tag: str = "") -> Path:
+        return self.run_dir / f"{slot}-{arm}{'-' + tag if tag else ''}.log"
+
+    def start(
+        self,
+        slot: str,
+        arm: str,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        timeout: float = 10.0,
+        tag: str = "",
+    ) -> WorkloadProcess:
+        """Start ``argv`` in a new PID namespace and session on ``slot``; ``tag`` names
+        its log apart from other copies of the same arm (one log per trial)."""
+        self._check_slot(slot)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        reaper = self.reaper
+        log = self.log_path(slot, arm, tag)
+        with open(log, "ab") as out:  # append mode: CRIU restores it whatever it grew to
+            launcher = subprocess.Popen(
+                [*LAUNCHER, *resolve_workload_argv(argv)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env={**workload_env(), **self.labels(slot, arm, tag), **(env or {})},
+                cwd=self.workdir,
+            )
+        try:
+            reaper.track(launcher.pid)
+            deadline = time.monotonic() + timeout
+            while not (kids := child_pids(launcher.pid)):
+                if launcher.poll() is not None or time.monotonic() > deadline:
+                    raise ProcessError(f"could not start {argv[0]!r} on {slot}: see {log}")
+                time.sleep(0.002)
+            reaper.track(kids[0])
+        except BaseException:
+            for pid in [*child_pids(launcher.pid), launcher.pid]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            launcher.wait()
+            reaper.forget(launcher.pid)
+            raise
+        proc = WorkloadProcess(slot, arm, kids[0], log, launcher, reaper)
+        self.tracked[proc.pid] = proc
+        return proc
+
+    def adopt(self, slot: str, arm: str, pid: int, tag: str = "") -> WorkloadProcess:
+        """Track a process the engine did not fork (a CRIU restore re-parents to init)."""
+        self._check_slot(slot)
+        proc = WorkloadProcess(slot, arm, pid, self.log_path(slot, arm, tag), reaper=self.reaper)
+        self.tracked[pid] = proc
+        self.reaper.track(pid)
+        return proc
+
+    def kill(self, proc: WorkloadProcess, sig: int = signal.SIGKILL) -> None:
+        """Signal one of this run's own processes (and nothing else)."""
+        if proc.pid not in self.tracked:
+            raise BlastRadiusError(f"pid {proc.pid} is not a process this run started")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)
+
+    def wait_gone(self, proc: WorkloadProcess, timeout: float = 10.0) -> bool:
+        """Wait until the process is gone; a gone process is no longer tracked (its pid may
+        be reused by another process, which must never be signalled)."""
+        deadline = time.monotonic() + timeout
+        while proc.alive() and time.monotonic() < deadline:
+            if proc.launcher is not None:
+                proc.launcher.poll()  # reap our own child so it cannot linger as a zombie
+            time.sleep(0.005)
+        if proc.launcher is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.launcher.wait(timeout=max(0.0, deadline - time.monotonic()))
+        gone = not proc.alive()
+        if gone:
+            self.tracked.pop(proc.pid, None)
+            if proc.reaper is not None:
+                proc.reaper.forget(proc.pid)
+                if proc.launcher is not None and proc.launcher.returncode is not None:
+                    proc.reaper.forget(proc.launcher.pid)
+        return gone
+
+    def stop_all(self, timeout: float = 10.0) -> list[int]:
+        """End every tracked process that is still alive, by pid (SIGKILL: a namespace's
+        pid 1 ignores SIGTERM); return the pids still alive afterwards (empty: all gone)."""
+        for proc in list(self.tracked.values()):
+            if proc.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGKILL)
+        return [p.pid for p in list(self.tracked.values()) if not self.wait_gone(p, timeout)]
+
+    def close(self) -> None:
+        """The run is over: end the reaper (after ``stop_all``, it finds nothing to kill)."""
+        if self._reaper is not None:
+            self._reaper.close()
+            self._reaper = None

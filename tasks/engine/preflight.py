@@ -1,0 +1,128 @@
+"""Before any trial: start the plan's workload once and see it work.
+
+A workload that cannot start (a missing dependency, a wrong path, the wrong interpreter)
+would otherwise fail every trial the same way, each after its own timeout. The preflight
+starts one copy, waits for its first progress line (or its ready probe), and stops it; if
+the copy exits or stays silent, the run stops at once with the workload's own last log
+lines in the error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext
+from tasks.engine.clock import EventRecorder
+from tasks.engine.clusters.local import LocalCluster, ProcessError
+from tasks.engine.interpreter import resolve_workload_argv
+from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.engine.side_by_side import copy_argv, run_folder
+
+PREFLIGHT_TIMEOUT_S = 60  # longer than any sane import-and-first-step; an exit ends it sooner
+TRIAL = "preflight"
+LOG_TAIL_LINES = 15
+
+
+class WorkloadDoesNotStart(CkptPocError):
+    """The plan's workload exited or stayed silent before its first sign of life."""
+
+
+@dataclass(frozen=True)
+class PreflightResult:
+    seconds: float  # launch → first sign of life
+    sign: str  # what was seen: "progress step N" or "ready at URL"
+    log: Path
+
+
+def log_tail(path: Path, lines: int = LOG_TAIL_LINES, after_offset: int = 0) -> str:
+    """The last ``lines`` lines of a log past ``after_offset`` ('' when there are none)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(after_offset, fh.tell() - 16384))
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def await_first_sign(
+    plan: Plan,
+    log: Path,
+    alive: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    slice_s: float = 0.1,
+    after_offset: int = 0,
+) -> PreflightResult:
+    """Wait for the workload's first progress line past ``after_offset`` in its log (what
+    an earlier copy wrote does not count) or its ready probe, while ``alive()``; raise
+    WorkloadDoesNotStart with the log's tail when it exits or stays silent."""
+    t0 = time.monotonic()
+    deadline = t0 + timeout_s
+    ready = plan.workload.ready_probe
+    if ready is not None:
+        if wait_ready(ready.url, EventRecorder(None), TRIAL, TRIAL, timeout=timeout_s, alive=alive):
+            return PreflightResult(time.monotonic() - t0, f"ready at {ready.url}", log)
+        exited = not alive()
+    else:
+        regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else None
+        if regex is None:
+            raise CkptPocError("the preflight needs workload.progress_probe.log_regex")
+        probe = LogProgressProbe(log, regex, EventRecorder(None), TRIAL, TRIAL).start()
+        try:
+            seen = None
+            while seen is None and time.monotonic() < deadline:
+                seen = probe.wait_for(lambda s: s.offset > after_offset, slice_s)
+                if seen is None and not alive():
+                    # Lines written just before the end.
+                    seen = probe.wait_for(lambda s: s.offset > after_offset, 0.3)
+                    break
+            if seen is not None:
+                return PreflightResult(time.monotonic() - t0, f"progress step {seen.step}", log)
+        finally:
+            probe.stop()
+        exited = not alive()
+    sign = f"answering 200 at {ready.url}" if ready else "its first progress line"
+    how = (
+        f"exited after {time.monotonic() - t0:.1f} s"
+        if exited
+        else f"stayed silent for {timeout_s:.0f} s"
+    )
+    tail = log_tail(log) or "(the log is empty)"
+    raise WorkloadDoesNotStart(
+        f"preflight: the workload ({what}) {how} before {sign}; nothing was measured. "
+        f"Last lines of {log}:\n{tail}"
+    )
+
+
+def preflight_local(
+    plan: Plan, ctx: RunContext, cluster: LocalCluster, timeout_s: float = PREFLIGHT_TIMEOUT_S
+) -> PreflightResult:
+    """Start one copy on the plan's first slot, see it work, stop it."""
+    copy_dir = run_folder(ctx) / TRIAL
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    argv = copy_argv(plan.workload.command or [], copy_dir)
+    slot = plan.cluster.nodes[0]
+    log = cluster.log_path(slot, TRIAL, TRIAL)
+    before = log.stat().st_size if log.exists() else 0  # logs are appended to
+    what = " ".join(resolve_workload_argv(argv))
+    try:
+        proc = cluster.start(slot, TRIAL, argv, tag=TRIAL)
+    except ProcessError as exc:
+        # A workload that exits at once can be gone before its launcher was seen to start it.
+        tail = log_tail(log, after_offset=before) or "(the log is empty)"
+        raise WorkloadDoesNotStart(
+            f"preflight: the workload ({what}) exited at once, before its first progress "
+            f"line ({exc}); nothing was measured. Last lines of {log}:\n{tail}"
+        ) from exc
+    try:
+        return await_first_sign(plan, proc.log, proc.alive, timeout_s, what, after_offset=before)
+    finally:
+        cluster.kill(proc)
+        cluster.wait_gone(proc)

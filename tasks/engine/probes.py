@@ -1,0 +1,435 @@
+"""Probes: how the harness sees a workload progress or become ready, within 50 ms.
+
+A progress probe follows the workload's append-only log (or a file holding a counter) and
+yields a step counter; a ready probe asks an HTTP URL until it answers 200. Each records the
+moment it observes a change as an event.
+
+On Linux the progress probe sleeps on inotify until the log changes (``mode == "inotify"``):
+its latency is the wake-up plus the read, and an idle log costs a wake-up only every
+``SAFETY_POLL_S``. Where inotify is missing or cannot see every writer (a network or FUSE
+filesystem: writes from other hosts raise no local event) it polls every ``POLL_S``
+(``mode == "poll"``), so its latency is bounded by that interval plus the read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import functools
+import os
+import re
+import select
+import struct
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from tasks.engine.clock import EventRecorder
+
+POLL_S = 0.01
+# In inotify mode: how often the probe reads the log even without an event (a lost or
+# unseen event then costs at most this much latency; 2 wake-ups/s cost ~0.01 % of a core).
+SAFETY_POLL_S = 0.5
+# Filesystems whose writes from other hosts raise no inotify event here; their logs are
+# polled. "fuse" covers fuse.* (sshfs, gcsfuse, ...) too; fuseblk (ntfs-3g etc.) is local.
+NETWORK_FS = frozenset(
+    {"nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "ceph", "beegfs", "9p", "fuse"}
+    | {"afs", "glusterfs", "virtiofs", "panfs", "orangefs"}
+)
+
+ProbeMode = Literal["inotify", "poll"]
+
+# <sys/inotify.h>
+_IN_MODIFY, _IN_CLOSE_WRITE = 0x2, 0x8
+_IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x40, 0x80, 0x100, 0x200
+_IN_DELETE_SELF, _IN_MOVE_SELF = 0x400, 0x800
+_IN_Q_OVERFLOW, _IN_IGNORED, _IN_ONLYDIR = 0x4000, 0x8000, 0x01000000
+# The log itself: its writes. The directory: only the log's name appearing or going (so a
+# sibling log written every step, as in a run folder with both arms, wakes nobody).
+_FILE_MASK = _IN_MODIFY | _IN_CLOSE_WRITE | _IN_DELETE_SELF | _IN_MOVE_SELF
+_DIR_MASK = (
+    _IN_CREATE | _IN_MOVED_TO | _IN_DELETE | _IN_MOVED_FROM | _IN_DELETE_SELF | _IN_MOVE_SELF
+)
+_READ_CHUNK = 1 << 16
+_EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then the name
+
+
+@dataclass(frozen=True)
+class StepSeen:
+    step: int
+    t_mono_ns: int
+    offset: int  # byte offset in the log just after the line that carried it
+
+
+def steps_in(text: str, pattern: re.Pattern[str]) -> list[int]:
+    return [int(m.group(1)) for m in pattern.finditer(text)]
+
+
+def compile_progress(regex: str | re.Pattern[str]) -> re.Pattern[str]:
+    """A progress regex, line-anchored: ``^`` and ``$`` match at each line of the log."""
+    return regex if isinstance(regex, re.Pattern) else re.compile(regex, re.MULTILINE)
+
+
+def last_step_before(log: Path, size: int, regex: str | re.Pattern[str]) -> int | None:
+    """The last step the log held in its first ``size`` bytes (what a checkpoint froze)."""
+    pattern = compile_progress(regex)
+    with open(log, "rb") as fh:
+        text = fh.read(size).decode("utf-8", "replace")
+    steps = steps_in(text, pattern)
+    return steps[-1] if steps else None
+
+
+def _unescape_mount(field: str) -> str:
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_fstype(path: Path, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The filesystem type ``path`` lives on (longest mount-point prefix); None if unknown.
+
+    Symlinks in the part of ``path`` that exists are resolved; the rest (a log or folder
+    not created yet) lies on the mount its deepest existing part is on, so it matches too.
+    """
+    p = os.path.realpath(path)
+    best, fstype = -1, None
+    try:
+        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                left, sep, right = line.partition(" - ")
+                fields = left.split()
+                if not sep or len(fields) < 5 or not right.split():
+                    continue
+                mnt = _unescape_mount(fields[4])
+                prefix = mnt.rstrip("/") + "/"
+                # >=: a later line for the same mount point is mounted over the earlier one.
+                if (p == mnt or p.startswith(prefix)) and len(mnt) >= best:
+                    best, fstype = len(mnt), right.split()[0]
+    except OSError:
+        return None
+    return fstype
+
+
+def is_network_fs(fstype: str) -> bool:
+    return fstype in NETWORK_FS or fstype.startswith("fuse.")
+
+
+@functools.cache
+def _libc_inotify() -> tuple[Callable[..., int], Callable[..., int], Callable[..., int]] | None:
+    """libc's inotify_init1, inotify_add_watch, inotify_rm_watch; None off Linux or without."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own libc (glibc or musl)
+        init1, add, rm = libc.inotify_init1, libc.inotify_add_watch, libc.inotify_rm_watch
+    except (OSError, AttributeError):
+        return None
+    init1.argtypes, init1.restype = [ctypes.c_int], ctypes.c_int
+    add.argtypes, add.restype = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32], ctypes.c_int
+    rm.argtypes, rm.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return init1, add, rm
+
+
+class _Inotify:
+    """A non-blocking inotify instance (raises OSError where there is none)."""
+
+    def __init__(self) -> None:
+        funcs = _libc_inotify()
+        if funcs is None:
+            raise OSError(errno.ENOSYS, "no inotify in this libc")
+        init1, self._add, self._rm = funcs
+        self.fd = init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, f"inotify_init1: {os.strerror(err)}")
+
+    def add_watch(self, path: Path | str, mask: int) -> int:
+        wd = self._add(self.fd, os.fsencode(path), mask)
+        if wd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+        return wd
+
+    def rm_watch(self, wd: int) -> None:
+        self._rm(self.fd, wd)  # fails harmlessly if the kernel already dropped it
+
+    def read(self) -> list[tuple[int, int, bytes]]:
+        """Pending events as (wd, mask, name); [] when none."""
+        try:
+            buf = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return []
+        events, i = [], 0
+        while i + _EVENT.size <= len(buf):
+            wd, mask, _cookie, length = _EVENT.unpack_from(buf, i)
+            i += _EVENT.size
+            events.append((wd, mask, buf[i : i + length].rstrip(b"\0")))
+            i += length
+        return events
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _choose_mode(log: Path, watch: bool) -> tuple[ProbeMode, str]:
+    """inotify where it sees every write to ``log``, else poll; and why."""
+    if not watch:
+        return "poll", "watch=False"
+    if _libc_inotify() is None:
+        return "poll", "no inotify on this platform"
+    fstype = mount_fstype(Path(log).parent)
+    if fstype is None:
+        return "poll", "filesystem type unknown"
+    if is_network_fs(fstype):
+        return "poll", f"log on {fstype}: other hosts' writes raise no inotify event"
+    return "inotify", f"log on {fstype}"
+
+
+class LogProgressProbe:
+    """Follows an append-only log from a byte offset; records `progress` on each new step.
+
+    ``mode`` says how it learns of new lines: "inotify" (it sleeps until the log changes,
+    with a read every ``safety_s`` anyway) or "poll" (a read every ``poll_s``; forced with
+    ``watch=False``); ``mode_reason`` says why. start() falls back to "poll" if it cannot
+    get an inotify instance.
+
+    Watched, it wakes (and reads) once per write of the log: a workload printing 50 lines/s
+    costs 50 wake-ups/s. Capping that with a timed read every N ms did not pay here: a timer
+    wake-up cost more CPU than an inotify one (bench/README.md, harness overhead).
+    """
+
+    def __init__(
+        self,
+        log: Path,
+        regex: str,
+        recorder: EventRecorder,
+        trial_id: str,
+        arm: str,
+        *,
+        poll_s: float = POLL_S,
+        record_every_step: bool = True,
+        watch: bool = True,
+        safety_s: float = SAFETY_POLL_S,
+    ) -> None:
+        self.log = log
+        self.pattern = compile_progress(regex)
+        self._recorder = recorder
+        self._trial, self.arm = trial_id, arm
+        self._poll_s = poll_s
+        self._record_every = record_every_step
+        self._read_to = 0  # bytes of the log read so far
+        self._offset = 0  # bytes up to the end of the last complete line
+        self._partial = b""
+        self.seen: list[StepSeen] = []
+        self._lock = threading.Condition()
+        self._read_lock = threading.Lock()  # poll() is public: one reader at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.mode, self.mode_reason = _choose_mode(log, watch)
+        self._safety_s = safety_s
+        self._ino: _Inotify | None = None
+        self._wake_fd: int | None = None  # eventfd: stop() wakes the sleeping thread
+        self._fd_lock = threading.Lock()  # stop() never writes to an fd the thread closed
+        self._dir_wd: int | None = None
+        self._file_wd: int | None = None
+        self._armed = False  # both watches set (or the log's absence noted by the dir watch)
+        self._log_fd: int | None = None  # the log, open between reads in inotify mode
+        self._reopen = True  # open the log afresh before the next read
+        self._name = os.fsencode(Path(log).name)  # a str log worked before: still does
+
+    def start(self) -> LogProgressProbe:
+        if self.mode == "inotify":
+            try:
+                self._ino = _Inotify()
+                self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            except OSError as exc:  # e.g. EMFILE: the user's inotify instances are used up
+                self._close_fds()
+                self.mode, self.mode_reason = "poll", f"inotify unavailable: {exc}"
+        self._thread = threading.Thread(target=self._run, name=f"progress-{self.arm}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._fd_lock:
+            if self._wake_fd is not None:
+                os.eventfd_write(self._wake_fd, 1)
+        if self._thread:
+            self._thread.join(timeout=5)  # its exit closes the inotify and wake fds
+
+    def _close_fds(self) -> None:
+        with self._fd_lock:
+            if self._ino is not None:
+                self._ino.close()
+            if self._wake_fd is not None:
+                os.close(self._wake_fd)
+            self._ino, self._wake_fd = None, None
+
+    def _run(self) -> None:
+        if self._ino is not None and self._wake_fd is not None:
+            try:
+                self._run_watched(self._ino, self._wake_fd)
+            finally:
+                self._close_fds()
+                with self._read_lock:
+                    self._close_log()
+            return
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(self._poll_s)
+
+    def _run_watched(self, ino: _Inotify, wake_fd: int) -> None:
+        poller = select.poll()
+        poller.register(ino.fd, select.POLLIN)
+        poller.register(wake_fd, select.POLLIN)
+        self._arm(ino)
+        while not self._stop.is_set():
+            # Watch first, then read: a line appended between the read and a watch added
+            # after it would raise no event and wait for the safety read (seen: 500 ms).
+            if not self._armed:
+                self._arm(ino)
+            self.poll()
+            # Unarmed (no directory yet, watch refused): poll as fast as poll mode would.
+            timeout_ms = (self._safety_s if self._armed else self._poll_s) * 1000
+            while not self._stop.is_set():
+                if not poller.poll(timeout_ms):
+                    with self._read_lock:  # the safety read: also catch a replacement unseen
+                        self._reopen = True
+                    break
+                if self._stop.is_set():
+                    break
+                with self._read_lock:  # _reopen is read and cleared under it
+                    if self._relevant(ino.read()):
+                        break
+
+    def _arm(self, ino: _Inotify) -> None:
+        """Watch the log's directory for the log's name and, if it exists, the log itself."""
+        self._armed = False
+        if self._dir_wd is None:
+            try:
+                self._dir_wd = ino.add_watch(Path(self.log).parent, _DIR_MASK | _IN_ONLYDIR)
+            except OSError:
+                return
+        try:
+            wd: int | None = ino.add_watch(self.log, _FILE_MASK)
+        except FileNotFoundError:
+            wd = None  # the directory watch says when it appears
+        except OSError:
+            return
+        if self._file_wd is not None and wd != self._file_wd:
+            ino.rm_watch(self._file_wd)  # the name now points at another file (or none)
+        self._file_wd = wd
+        self._armed = True
+
+    def _relevant(self, events: list[tuple[int, int, bytes]]) -> bool:
+        """Whether ``events`` may mean new bytes in the log; re-arms the watches they moved."""
+        relevant = False
+        for wd, mask, name in events:
+            if mask & _IN_Q_OVERFLOW:
+                relevant, self._armed, self._reopen = True, False, True
+            elif wd == self._file_wd:
+                relevant = True
+                if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
+                    if mask & _IN_IGNORED:
+                        self._file_wd = None  # the kernel dropped it; no rm_watch
+                    self._armed, self._reopen = False, True
+            elif wd == self._dir_wd:
+                if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
+                    relevant, self._armed, self._reopen = True, False, True
+                    if mask & _IN_IGNORED:
+                        self._dir_wd = None
+                elif name == self._name:  # created, moved in or gone: re-arm, reopen
+                    relevant, self._armed, self._reopen = True, False, True
+        return relevant
+
+    def poll(self) -> None:
+        """Read what the log gained since the last poll; record the newest step seen."""
+        with self._read_lock:
+            self._poll()
+
+    def _close_log(self) -> None:
+        if self._log_fd is not None:
+            os.close(self._log_fd)
+            self._log_fd = None
+
+    def _poll(self) -> None:
+        fd = self._log_fd
+        if fd is None or self._reopen:
+            self._close_log()
+            try:
+                fd = os.open(self.log, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return
+            # While watched, the fd stays open (an open() cost more CPU than the rest of a
+            # read) until the watch says the name moved; polled, each read opens afresh.
+            self._log_fd, self._reopen = fd, self._ino is None
+        try:
+            chunks = [os.pread(fd, _READ_CHUNK, self._read_to)]
+            while len(chunks[-1]) == _READ_CHUNK:
+                chunks.append(os.pread(fd, _READ_CHUNK, self._read_to + _READ_CHUNK * len(chunks)))
+        finally:
+            if self._reopen:
+                self._close_log()
+        data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
+        if not data:
+            return
+        t = time.monotonic_ns()
+        self._read_to += len(data)
+        buf = self._partial + data
+        cut = buf.rfind(b"\n") + 1
+        complete, self._partial = buf[:cut], buf[cut:]
+        self._offset = self._read_to - len(self._partial)
+        steps = steps_in(complete.decode("utf-8", "replace"), self.pattern)
+        if not steps:
+            return
+        seen = StepSeen(steps[-1], t, self._offset)
+        with self._lock:
+            self.seen.append(seen)
+            self._lock.notify_all()
+        if self._record_every or len(self.seen) == 1:
+            self._recorder.record(self._trial, self.arm, "progress", step=seen.step)
+
+    @property
+    def last(self) -> StepSeen | None:
+        with self._lock:
+            return self.seen[-1] if self.seen else None
+
+    def wait_for(self, predicate: Callable[[StepSeen], bool], timeout: float) -> StepSeen | None:
+        """Block until a seen step satisfies ``predicate``; None on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                match = next((s for s in self.seen if predicate(s)), None)
+                if match or time.monotonic() >= deadline:
+                    return match
+                # poll() notifies on every new step; the cap is only a safety net.
+                cap = max(self._poll_s, self._safety_s)
+                self._lock.wait(min(cap, max(0.0, deadline - time.monotonic())))
+
+
+def wait_ready(
+    url: str,
+    recorder: EventRecorder,
+    trial_id: str,
+    arm: str,
+    *,
+    timeout: float,
+    poll_s: float = POLL_S,
+    alive: Callable[[], bool] = lambda: True,
+) -> bool:
+    """Poll ``url`` until it answers 200 (records `ready`); False on timeout or death."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and alive():
+        try:
+            with urllib.request.urlopen(url, timeout=max(poll_s * 5, 0.2)) as resp:
+                if resp.status == 200:
+                    recorder.record(trial_id, arm, "ready", url=url)
+                    return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+            pass
+        time.sleep(poll_s)
+    return False

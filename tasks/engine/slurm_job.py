@@ -1,0 +1,113 @@
+"""What runs inside a ckpt-poc Slurm job: one attempt of a workload copy.
+
+`python -m tasks.engine.slurm_job SPEC.json`, started by `scripts/slurm-job`. The spec says:
+
+- ``mode: run`` — start the plan's argv as `unshare --pid --fork --kill-child setsid ARGV`
+  (its own PID namespace, so a restore never collides with a PID; `--kill-child`, so
+  that when Slurm kills the job's process group the workload dies with it even though it
+  leads its own session). With ``checkpoint: true`` (the managed copy) take a CRIU dump
+  every ``interval_s`` into ``ckpt_root``, a folder every attempt of the copy can reach.
+- ``mode: restore`` — restore ``checkpoint`` with CRIU in the foreground (CRIU stays the
+  workload's parent, so Slurm's kill still reaches it), then go on dumping every
+  ``interval_s`` as the first attempt did.
+
+The job exits with the workload's status, or fails with the exception that ended its
+checkpoint thread. Its events (`job_started` first thing, then `workload_started`, the
+checkpoint and restore events) are appended as JSON lines to ``events``, which the harness
+reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tasks.engine.checkpointers.criu import (
+    Checkpoint,
+    CriuCheckpointer,
+    CriuError,
+    PeriodicCheckpoints,
+)
+from tasks.engine.clock import EventRecorder
+from tasks.engine.clusters.local import WorkloadProcess, child_pids
+from tasks.engine.interpreter import resolve_workload_argv, workload_env
+
+
+def _ns_init(launcher: subprocess.Popen, timeout: float = 10) -> int:
+    """The workload's host pid: `unshare --fork`'s one child."""
+    deadline = time.monotonic() + timeout
+    while not (kids := child_pids(launcher.pid)):
+        if launcher.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the workload did not start (unshare exited {launcher.poll()})")
+        time.sleep(0.002)
+    return kids[0]
+
+
+def run(spec: dict[str, Any]) -> int:
+    recorder = EventRecorder(None, jsonl=Path(spec["events"]))
+    trial, arm, node = spec["trial_id"], spec["arm"], spec["node"]
+    # The job holds its resources from here: the moment `started` marks for recovery.
+    recorder.record(trial, arm, "job_started", job_id=os.environ.get("SLURM_JOB_ID"))
+
+    def signalled(signum: int, _frame: object) -> None:
+        # Slurm's SIGTERM (scancel, time limit) reaches the whole job at once: record when
+        # it landed, then die of it as the workload does.
+        recorder.record(trial, arm, "signalled", signal=signal.Signals(signum).name)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, signalled)
+    log = Path(spec["log"])
+    # The checkpoint this attempt restores is never cleaned up as stale at start-up.
+    protect = [Path(spec["restore_from"])] if spec["mode"] == "restore" else []
+    criu = (
+        CriuCheckpointer(
+            Path(spec["ckpt_root"]), int(spec["keep"]), recorder, trial, arm, protect=protect
+        )
+        if spec.get("checkpoint")
+        else None
+    )
+    if spec["mode"] == "restore":
+        assert criu is not None, "a restore job always checkpoints"
+        point = Checkpoint.load(Path(spec["restore_from"]))
+        if point is None:
+            recorder.record(trial, arm, "restore_failed", reason="checkpoint is not complete")
+            return 70
+        try:
+            root, pid = criu.restore_attached(point)
+        except CriuError as exc:
+            print(f"ckpt-poc: {exc}", file=sys.stderr)
+            return 71
+    else:
+        workload = resolve_workload_argv(spec["argv"])
+        argv = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", "setsid", *workload]
+        root = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=workload_env())
+        pid = _ns_init(root)
+        recorder.record(trial, arm, "workload_started", pid=pid)
+    periodic = None
+    if criu is not None:
+        proc = WorkloadProcess(node, arm, pid, log)
+        # A dead checkpoint thread ends the attempt: its launcher (or foreground CRIU) is
+        # killed, the job fails with the exception, and Slurm ends what is left of the job.
+        periodic = PeriodicCheckpoints(
+            criu, proc, float(spec["interval_s"]), on_failure=lambda _exc: root.kill()
+        ).start()
+    rc = root.wait()
+    recorder.record(trial, arm, "workload_exited", rc=rc)
+    if periodic is not None:
+        periodic.stop()  # raises what ended the checkpoint thread, if anything did
+    return rc
+
+
+def main() -> int:
+    return run(json.loads(Path(sys.argv[1]).read_text()))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The way in and out: node snapshots, install, the exit diff."""

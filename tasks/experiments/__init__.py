@@ -1,0 +1,2 @@
+"""The comparisons on both arms: recovery, overhead, cold start, checkpoint cost, their trials,
+statistics and renderings."""

@@ -1,0 +1,91 @@
+"""Checkpoint cost: one `trials` row per CRIU dump taken in any experiment.
+
+Freeze time (how long CRIU kept the workload frozen), dump duration and image bytes are
+what the later extrapolation needs (the interval that minimises waste for a failure rate,
+DESIGN §4). Rows come from the checkpointer's own events, so every dump is counted —
+failed ones too, with CRIU's reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from tasks.data.plan import Plan
+from tasks.engine.clock import Event
+from tasks.experiments.trials import workload_hash
+
+CLOCK = "checkpoint_start→checkpoint_end"
+
+
+# The reason's prefix of a dump that failed because the workload ended while it was dumped.
+WORKLOAD_EXITED = "the workload exited during the dump: "
+
+
+def checkpoint_rows(events: list[Event], plan: Plan, node: str) -> pd.DataFrame:
+    """The `measure='checkpoint'` rows for every dump in ``events``."""
+    starts = {
+        (e.trial_id, e.arm, e.detail.get("index")): e
+        for e in events
+        if e.event == "checkpoint_start"
+    }
+    rows: list[dict[str, Any]] = []
+    for e in events:
+        if e.event not in ("checkpoint_end", "checkpoint_failed"):
+            continue
+        index = int(e.detail["index"])
+        start = starts.get((e.trial_id, e.arm, index), e)
+        row: dict[str, Any] = {
+            "measure": "checkpoint",
+            "trial_id": f"{e.trial_id}/ckpt-{index:05d}",
+            "arm": e.arm,
+            "repeat": index,
+            "started_at": start.t_wall,
+            "clock": CLOCK,
+            "includes": "one full CRIU dump, the workload left running",
+            "gpus": plan.workload.gpus,
+            "gpus_from": "plan",
+            "nodes": node,
+            "workload_hash": workload_hash(plan),
+        }
+        if e.event == "checkpoint_end":
+            frozen = e.detail.get("frozen_us")
+            row.update(
+                status="ok",
+                dump_s=e.detail.get("dump_s"),
+                freeze_s=frozen / 1e6 if frozen is not None else None,
+                checkpoint_bytes=e.detail.get("image_bytes"),
+            )
+        else:
+            tail = str(e.detail.get("log_tail", "")).strip().splitlines()
+            why = WORKLOAD_EXITED if e.detail.get("workload_exited") else ""
+            row.update(
+                status="failed",
+                reason=f"{why}criu dump exited {e.detail.get('rc')}: {tail[-1] if tail else ''}"[
+                    :500
+                ],
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def summarise_checkpoints(trials: pd.DataFrame) -> dict[str, Any]:
+    """Per workload: n, failed, median/min/max of dump seconds, freeze seconds, bytes."""
+    rows = trials[trials["measure"] == "checkpoint"]
+    ok = rows[rows["status"] == "ok"]
+    out: dict[str, Any] = {}
+    for wl, mine in ok.groupby("workload_hash"):
+        entry: dict[str, Any] = {
+            "n": len(mine),
+            "failed": int(((rows["workload_hash"] == wl) & (rows["status"] == "failed")).sum()),
+        }
+        for column in ("dump_s", "freeze_s", "checkpoint_bytes"):
+            v = mine[column].dropna().astype(float)
+            entry[column] = (
+                {"median": float(v.median()), "min": float(v.min()), "max": float(v.max())}
+                if not v.empty
+                else None
+            )
+        out[str(wl)] = entry
+    return out

@@ -1,0 +1,303 @@
+"""Cold start: a native launch against a restore of the same, fully initialised workload.
+
+Two clocks, ended by the same probe (DESIGN §4):
+
+    native   launch → ready          (engine start of the plan's command)
+    restore  restore_start → ready   (CRIU restore of a checkpoint of that copy once ready)
+
+"Ready" is the plan's ready probe (an HTTP URL answering 200) for a server, else the first
+progress line the copy logs (for a training job: the first step it can compute, after its
+imports and data loading; after a restore: the first new step).
+
+Per repeat: launch natively and time it to ready; dump the ready copy (CRIU, left running),
+end it; restore that checkpoint and time it to ready; end it. Before each timed start the
+page cache is dropped where the host permits it (`/proc/sys/vm/drop_caches`, root), and
+each row records whether it was. Restore throughput is checkpoint bytes over the `criu
+restore` seconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.data.errors import CkptPocError
+from tasks.data.gates import CheckResult, plain_check
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext
+from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError, clean_dead_roots
+from tasks.engine.clock import Event, EventRecorder, span_s
+from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.preflight import log_tail, preflight_local
+from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.engine.side_by_side import copy_argv, run_folder
+from tasks.experiments.checkpoints import checkpoint_rows
+from tasks.experiments.overhead import ensure_overhead_supports
+from tasks.experiments.stats import compare_speedup, fit_throughput
+from tasks.experiments.trials import (
+    LOG_TAIL,
+    arms_differ_only_in_managed,
+    as_trials,
+    failures_of,
+    workload_hash,
+)
+
+GATE = "cold_start"
+CLOCKS = {"unmanaged": "launch→ready", "managed": "restore_start→ready"}
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+class StartFailed(CkptPocError):
+    """A start that cannot give a number; its row says why."""
+
+
+@dataclass
+class ColdStartRun:
+    trials: pd.DataFrame  # cold-start rows, then one checkpoint row per dump
+    events: list[Event]
+    run_dir: Path
+    summary: dict[str, Any]
+    failures: list[dict[str, Any]]  # failed starts with the tail of the workload's log
+
+
+def drop_page_cache() -> str:
+    """'dropped' when the kernel's clean page cache was dropped, else 'warm'."""
+    os.sync()
+    try:
+        DROP_CACHES.write_text("3\n")
+    except OSError:
+        return "warm"
+    return "dropped"
+
+
+def _ready(
+    plan: Plan,
+    proc: WorkloadProcess,
+    probe: LogProgressProbe,
+    rec: EventRecorder,
+    trial: str,
+    arm: str,
+    after_offset: int,
+    timeout_s: float,
+) -> Event:
+    """Wait for the plan's ready signal; the `ready` event ends both clocks."""
+    if plan.workload.ready_probe:
+        if wait_ready(
+            plan.workload.ready_probe.url, rec, trial, arm, timeout=timeout_s, alive=proc.alive
+        ):
+            return rec.events(trial, arm, "ready")[-1]
+        raise StartFailed(f"{plan.workload.ready_probe.url} never answered 200 ({arm})")
+    seen = probe.wait_for(lambda s: s.offset > after_offset, timeout_s)
+    if seen is None:
+        raise StartFailed(f"no progress line within {timeout_s:.0f} s ({arm})")
+    return rec.record(trial, arm, "ready", step=seen.step, probe="first progress line")
+
+
+def _row(plan: Plan, trial: str, arm: str, repeat: int, slot: str) -> dict[str, Any]:
+    return {
+        "measure": "cold_start",
+        "trial_id": trial,
+        "arm": arm,
+        "repeat": repeat,
+        "started_at": dt.datetime.now(dt.UTC),
+        "clock": CLOCKS[arm],
+        "includes": (
+            "process start, imports and initialisation up to ready"
+            if arm == "unmanaged"
+            else "criu restore of the ready copy, then up to ready"
+        ),
+        "gpus": plan.workload.gpus,
+        "gpus_from": "plan",
+        "nodes": slot,
+        "workload_hash": workload_hash(plan),
+    }
+
+
+def cold_start_pair(
+    plan: Plan,
+    ctx: RunContext,
+    cluster: LocalCluster,
+    rec: EventRecorder,
+    repeat: int,
+    timeout_s: float,
+    drop_caches: bool,
+) -> list[dict[str, Any]]:
+    """One native start and one restore of the same copy; two rows, failed ones kept."""
+    slot = plan.cluster.nodes[0]
+    trial = f"cold-{repeat}"
+    copy_dir = run_folder(ctx) / f"{trial}-copy"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    native, restore = _row(plan, trial, "unmanaged", repeat, slot), None
+    regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else r"^$"
+    probes: list[LogProgressProbe] = []
+    try:
+        native["page_cache"] = drop_page_cache() if drop_caches else "warm"
+        launch = rec.record(trial, "unmanaged", "launch", slot=slot)
+        argv = copy_argv(plan.workload.command or [], copy_dir)
+        proc = cluster.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
+        probe = LogProgressProbe(proc.log, regex, rec, trial, "unmanaged").start()
+        probes.append(probe)
+        ready = _ready(plan, proc, probe, rec, trial, "unmanaged", -1, timeout_s)
+        native.update(status="ok", ready_s=span_s(launch, ready))
+
+        restore = _row(plan, trial, "managed", repeat, slot)
+        criu = CriuCheckpointer(copy_dir / "criu", 1, rec, trial, "managed", timeout_s=timeout_s)
+        point = criu.dump(proc)  # the fully initialised copy
+        cluster.kill(proc)
+        if not cluster.wait_gone(proc, timeout=10):
+            raise StartFailed(f"the native copy (pid {proc.pid}) did not end after its dump")
+        probe.stop()
+        restore["checkpoint_bytes"] = point.image_bytes
+        killed_at = proc.log.stat().st_size
+        restore["page_cache"] = drop_page_cache() if drop_caches else "warm"
+        new = criu.restore(cluster, slot, point)
+        started = rec.events(trial, "managed", "restore_start")[-1]
+        restored = rec.events(trial, "managed", "restored")[-1]
+        # The restored copy writes on into the native copy's log (CRIU restores its file
+        # descriptors): only lines past what the native copy wrote count.
+        probe = LogProgressProbe(proc.log, regex, rec, trial, "managed").start()
+        probes.append(probe)
+        ready = _ready(plan, new, probe, rec, trial, "managed", killed_at, timeout_s)
+        restore_s = span_s(started, restored)
+        restore.update(
+            status="ok",
+            ready_s=span_s(started, ready),
+            restore_s=restore_s,
+            restore_gbps=point.image_bytes / restore_s / 1e9 if restore_s > 0 else None,
+        )
+    except (StartFailed, CriuError, CkptPocError) as exc:
+        reason = str(exc).splitlines()[0][:500]
+        tail = log_tail(cluster.log_path(slot, "unmanaged", trial))  # the restore writes on in it
+        for row in (native, restore):
+            if row is not None and row.get("status") != "ok":
+                row.update(status="failed", reason=reason, **{LOG_TAIL: tail})
+        rec.record(trial, "managed" if restore else "unmanaged", "start_failed", reason=reason)
+    finally:
+        for probe in probes:
+            probe.stop()
+        cluster.stop_all()
+    return [native] + ([restore] if restore is not None else [])
+
+
+def run_cold_start(
+    plan: Plan,
+    ctx: RunContext,
+    *,
+    repeats: int | None = None,
+    timeout_s: float = 120,
+    drop_caches: bool = True,
+) -> ColdStartRun:
+    ensure_overhead_supports(plan)
+    cluster = LocalCluster(
+        list(plan.cluster.nodes), run_folder(ctx), Path.cwd(), workload=plan.workload.name
+    )
+    rec = EventRecorder(ctx)
+    rows: list[dict[str, Any]] = []
+    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
+    try:
+        preflight_local(plan, ctx, cluster)
+        for repeat in range(repeats or plan.repeats):
+            rows += cold_start_pair(plan, ctx, cluster, rec, repeat, timeout_s, drop_caches)
+    finally:
+        cluster.stop_all()
+        cluster.close()  # its reaper: nothing left to end
+        rec.flush()
+    events = rec.events()
+    trials = as_trials(
+        [pd.DataFrame(rows), checkpoint_rows(events, plan, plan.cluster.nodes[0])], ctx
+    )
+    return ColdStartRun(
+        trials, events, run_folder(ctx), summarise_cold_start(trials, plan), failures_of(rows)
+    )
+
+
+def summarise_cold_start(trials: pd.DataFrame, plan: Plan) -> dict[str, Any]:
+    """Per arm n, median, min, max of ready seconds; the speed-up (native/restore) with its
+    CI and the plan's verdict; restore seconds against checkpoint bytes as a fitted GB/s."""
+    rows = trials[(trials["measure"] == "cold_start") & (trials["status"] == "ok")]
+    native = rows[rows["arm"] == "unmanaged"]["ready_s"].dropna().to_numpy()
+    restore = rows[rows["arm"] == "managed"]
+    crit = plan.success.cold_start_speedup
+    out: dict[str, Any] = {"failed": int((trials["status"] == "failed").sum())}
+    if len(native) and len(restore):
+        out["speedup"] = compare_speedup(
+            native,
+            restore["ready_s"].dropna().to_numpy(),
+            threshold=crit.threshold,
+            statistic=crit.statistic if crit.statistic in ("median", "mean") else "median",
+        )
+    else:
+        out["speedup"] = None
+    fit_rows = restore.dropna(subset=["checkpoint_bytes", "restore_s"])
+    out["restore_throughput"] = (
+        fit_throughput(fit_rows["checkpoint_bytes"].to_numpy(), fit_rows["restore_s"].to_numpy())
+        if len(fit_rows)
+        else None
+    )
+    out["page_cache"] = sorted(rows["page_cache"].dropna().unique())
+    return out
+
+
+def plot_restore_throughput(trials: pd.DataFrame, summary: dict[str, Any], path: Path) -> Path:
+    """Restore seconds against checkpoint bytes, with the fitted line: a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = trials[(trials["measure"] == "cold_start") & (trials["arm"] == "managed")]
+    rows = rows.dropna(subset=["checkpoint_bytes", "restore_s"])
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.scatter(rows["checkpoint_bytes"] / 1e6, rows["restore_s"], label="restores (measured)")
+    fit = summary.get("restore_throughput") or {}
+    if fit.get("gbps"):
+        xs = sorted(rows["checkpoint_bytes"])
+        intercept = fit.get("intercept_s") or 0.0
+        ax.plot(
+            [x / 1e6 for x in xs],
+            [intercept + x / (fit["gbps"] * 1e9) for x in xs],
+            label=f"fit: {fit['gbps']:.2f} GB/s ({fit['method']})",
+        )
+    ax.set_xlabel("checkpoint size (MB)")
+    ax.set_ylabel("criu restore (s)")
+    ax.set_title("Restore time against checkpoint size")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+    return path
+
+
+def cold_start_gate_checks(trials: pd.DataFrame, plan: Plan) -> list[CheckResult]:
+    """At least `repeats` per arm; same nodes, fingerprint and workload on both arms; every
+    restore row has its checkpoint bytes."""
+    rows = trials[trials["measure"] == "cold_start"]
+    ok = rows[rows["status"] == "ok"]
+    checks = [
+        plain_check(
+            GATE,
+            "trials",
+            f"repeats[{arm}]",
+            int((ok["arm"] == arm).sum()) >= plan.repeats,
+            ok_starts=int((ok["arm"] == arm).sum()),
+            required=plan.repeats,
+        )
+        for arm in ("unmanaged", "managed")
+    ]
+    checks += arms_differ_only_in_managed(GATE, rows)
+    restores = rows[rows["arm"] == "managed"]
+    missing = restores[restores["checkpoint_bytes"].isna()]["trial_id"].tolist()
+    checks.append(
+        plain_check(
+            GATE, "trials", "every_restore_has_checkpoint_bytes", not missing, trial_ids=missing
+        )
+    )
+    return checks

@@ -1,0 +1,291 @@
+"""Steady-state overhead and the cost of checkpointing: interleaved timed runs, both arms.
+
+The same workload, on the same slot, for the same run (the plan's command, a fixed number
+of steps), one copy at a time, in the order A B B A A B … so that drift (thermal, other
+load) falls on both arms alike. A run's time is its progress span: from the first progress
+line to the last, as the probe saw them (start-up and exit are not steady state).
+
+Two variants, reported apart:
+
+- ``steady`` — the managed copy runs as the checkpointer manages it, with no checkpoint or
+  restore in progress during the measured span (a gate checks the events). For CRIU,
+  which keeps no agent in the workload between dumps, this measures that "managed" costs
+  nothing when idle — or shows that it does.
+- ``checkpointing`` — the managed copy is dumped every ``checkpointer.interval_s`` while it
+  runs: the cost of checkpointing at that interval, not steady-state overhead.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.data.errors import CkptPocError
+from tasks.data.gates import CheckResult, plain_check
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext
+from tasks.engine.checkpointers.criu import (
+    CriuCheckpointer,
+    CriuError,
+    PeriodicCheckpoints,
+    clean_dead_roots,
+)
+from tasks.engine.clock import Event, EventRecorder
+from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.preflight import log_tail, preflight_local
+from tasks.engine.probes import LogProgressProbe
+from tasks.engine.side_by_side import copy_argv, run_folder
+from tasks.experiments.checkpoints import checkpoint_rows
+from tasks.experiments.stats import compare_paired
+from tasks.experiments.trials import (
+    LOG_TAIL,
+    arms_differ_only_in_managed,
+    as_trials,
+    failures_of,
+    require_command_and_progress,
+    workload_hash,
+)
+
+GATE = "overhead"
+VARIANTS = ("steady", "checkpointing")
+CLOCK = "first progress→last progress"
+
+
+class RunFailed(CkptPocError):
+    """A timed run that cannot give a number; its row says why."""
+
+
+@dataclass
+class OverheadRun:
+    trials: pd.DataFrame  # overhead rows, then one checkpoint row per dump
+    events: list[Event]
+    run_dir: Path
+    failures: list[dict[str, Any]]  # failed runs with the tail of the workload's log
+
+
+def pair_order(pair: int) -> tuple[str, str]:
+    """A B, then B A, then A B …: each arm goes first in half of the pairs."""
+    return ("unmanaged", "managed") if pair % 2 == 0 else ("managed", "unmanaged")
+
+
+def ensure_overhead_supports(plan: Plan) -> None:
+    if plan.cluster.kind != "local" or plan.checkpointer.kind != "criu":
+        raise CkptPocError(
+            f"overhead and cold start run on cluster.kind 'local' with checkpointer 'criu' "
+            f"here; this plan has {plan.cluster.kind!r} with {plan.checkpointer.kind!r}"
+        )
+    require_command_and_progress(plan, "overhead and cold start")
+
+
+def timed_run(
+    plan: Plan,
+    ctx: RunContext,
+    cluster: LocalCluster,
+    rec: EventRecorder,
+    variant: str,
+    pair: int,
+    arm: str,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """One whole run of the workload; its row (failed with a reason, never raising)."""
+    slot = plan.cluster.nodes[0]
+    trial = f"{variant}-{pair}"
+    copy_dir = run_folder(ctx) / f"overhead-{trial}-{arm}"  # fresh: nothing to resume
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    row: dict[str, Any] = {
+        "measure": "overhead",
+        "trial_id": trial,
+        "arm": arm,
+        "variant": variant,
+        "pair": pair,
+        "repeat": pair,
+        "started_at": dt.datetime.now(dt.UTC),
+        "clock": CLOCK,
+        "includes": "the progress span of one whole run"
+        + (" with CRIU dumps every interval" if variant == "checkpointing" else ""),
+        "gpus": plan.workload.gpus,
+        "gpus_from": "plan",
+        "nodes": slot,
+        "workload_hash": workload_hash(plan),
+    }
+    probe: LogProgressProbe | None = None
+    periodic: PeriodicCheckpoints | None = None
+    try:
+        rec.record(trial, arm, "launch", slot=slot)
+        proc = cluster.start(slot, arm, copy_argv(plan.workload.command or [], copy_dir), tag=trial)
+        probe = LogProgressProbe(proc.log, plan.workload.progress_probe.log_regex, rec, trial, arm)
+        probe.start()
+        if arm == "managed" and variant == "checkpointing":
+            criu = CriuCheckpointer(
+                copy_dir / "criu", plan.checkpointer.keep, rec, trial, timeout_s=timeout_s
+            )
+            periodic = PeriodicCheckpoints(criu, proc, plan.checkpointer.interval_s).start()
+        deadline = time.monotonic() + timeout_s
+        while proc.alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if proc.alive():
+            raise RunFailed(f"the run did not end within {timeout_s:.0f} s")
+        if periodic:
+            periodic.stop()
+        probe.poll()  # the last lines, written just before exit
+        rc = proc.launcher.wait(timeout=10) if proc.launcher else None
+        rec.record(trial, arm, "exited", rc=rc)
+        if rc:
+            raise RunFailed(f"the workload exited {rc}")
+        if len(probe.seen) < 2:
+            raise RunFailed("fewer than two progress steps seen: nothing to time")
+        first, last = probe.seen[0], probe.seen[-1]
+        run_s = (last.t_mono_ns - first.t_mono_ns) / 1e9
+        steps = last.step - first.step
+        row.update(
+            status="ok", run_s=run_s, steps=steps, steps_per_s=steps / run_s if run_s else None
+        )
+        if periodic and periodic.errors:
+            row["reason"] = f"{len(periodic.errors)} dump(s) failed: {periodic.errors[0]}"[:500]
+    except (RunFailed, CriuError, CkptPocError) as exc:
+        row.update(status="failed", reason=str(exc).splitlines()[0][:500])
+        row[LOG_TAIL] = log_tail(cluster.log_path(slot, arm, trial))
+        rec.record(trial, arm, "run_failed", reason=row["reason"])
+    finally:
+        if periodic:
+            periodic.stop()
+        if probe:
+            probe.stop()
+        cluster.stop_all()
+    return row
+
+
+def run_overhead(
+    plan: Plan,
+    ctx: RunContext,
+    *,
+    pairs: int | None = None,
+    variants: tuple[str, ...] = VARIANTS,
+    timeout_s: float = 600,
+) -> OverheadRun:
+    """``pairs`` (default: the plan's repeats) interleaved A/B pairs per variant."""
+    ensure_overhead_supports(plan)
+    cluster = LocalCluster(
+        list(plan.cluster.nodes), run_folder(ctx), Path.cwd(), workload=plan.workload.name
+    )
+    rec = EventRecorder(ctx)
+    rows = []
+    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
+    try:
+        preflight_local(plan, ctx, cluster)
+        for variant in variants:
+            for pair in range(pairs or plan.repeats):
+                for arm in pair_order(pair):
+                    rows.append(timed_run(plan, ctx, cluster, rec, variant, pair, arm, timeout_s))
+    finally:
+        cluster.stop_all()
+        cluster.close()  # its reaper: nothing left to end
+        rec.flush()
+    events = rec.events()
+    dumps = checkpoint_rows(events, plan, plan.cluster.nodes[0])
+    trials = as_trials([pd.DataFrame(rows), dumps], ctx)
+    return OverheadRun(trials, events, run_folder(ctx), failures_of(rows))
+
+
+def _pairs(rows: pd.DataFrame) -> pd.DataFrame:
+    """Pairs in which both arms gave a number: run_s per arm, indexed by pair."""
+    ok = rows[rows["status"] == "ok"]
+    wide = ok.pivot_table(index="pair", columns="arm", values="run_s", aggfunc="first")
+    return wide.dropna(subset=[c for c in ("managed", "unmanaged") if c in wide.columns])
+
+
+def summarise_overhead(trials: pd.DataFrame, plan: Plan) -> dict[str, Any]:
+    """Per variant: the paired comparison of run time, managed vs unmanaged
+    (tasks.experiments.stats); the plan's overhead threshold judges the steady variant only."""
+    out: dict[str, Any] = {}
+    rows = trials[trials["measure"] == "overhead"]
+    for variant in VARIANTS:
+        mine = rows[rows["variant"] == variant]
+        if mine.empty:
+            continue
+        wide = _pairs(mine)
+        entry: dict[str, Any] = {
+            "runs": len(mine),
+            "failed": int((mine["status"] == "failed").sum()),
+            "steps_per_s_median": {
+                arm: _median(mine[(mine["arm"] == arm) & (mine["status"] == "ok")]["steps_per_s"])
+                for arm in ("managed", "unmanaged")
+            },
+        }
+        if {"managed", "unmanaged"} <= set(wide.columns) and len(wide) >= 1:
+            entry["comparison"] = compare_paired(
+                wide["managed"].to_numpy(),
+                wide["unmanaged"].to_numpy(),
+                threshold_pct=plan.success.overhead_pct.threshold,
+            )
+        else:
+            entry["comparison"] = None
+        if variant == "checkpointing":
+            entry["note"] = (
+                f"the cost of checkpointing every {plan.checkpointer.interval_s} s, "
+                "not steady-state overhead; the plan's threshold does not judge it"
+            )
+            if entry["comparison"]:
+                entry["comparison"]["verdict"] = "not judged"
+        out[variant] = entry
+    return out
+
+
+def _median(values: pd.Series) -> float | None:
+    v = values.dropna()
+    return float(v.median()) if not v.empty else None
+
+
+def overhead_gate_checks(
+    trials: pd.DataFrame, plan: Plan, events: list[Event]
+) -> list[CheckResult]:
+    """At least `repeats` per arm and variant; same nodes, fingerprint and workload on both
+    arms; no checkpoint or restore event inside a steady run's measured span."""
+    rows = trials[trials["measure"] == "overhead"]
+    ok = rows[rows["status"] == "ok"]
+    checks = []
+    for variant in sorted(rows["variant"].dropna().unique()):
+        for arm in ("unmanaged", "managed"):
+            n = int(((ok["variant"] == variant) & (ok["arm"] == arm)).sum())
+            checks.append(
+                plain_check(
+                    GATE,
+                    "trials",
+                    f"repeats[{variant},{arm}]",
+                    n >= plan.repeats,
+                    ok_runs=n,
+                    required=plan.repeats,
+                )
+            )
+    checks += arms_differ_only_in_managed(GATE, rows)
+    spans: dict[tuple[str, str], tuple[int, int]] = {}
+    for e in events:
+        if e.event == "progress":
+            lo, hi = spans.get((e.trial_id, e.arm), (e.t_mono_ns, e.t_mono_ns))
+            spans[(e.trial_id, e.arm)] = (min(lo, e.t_mono_ns), max(hi, e.t_mono_ns))
+    busy = ("checkpoint_start", "checkpoint_end", "restore_start", "restored")
+    contaminated = sorted(
+        {
+            f"{e.trial_id}/{e.arm}"
+            for e in events
+            if e.event in busy
+            and e.trial_id.startswith("steady-")
+            and (e.trial_id, e.arm) in spans
+            and spans[(e.trial_id, e.arm)][0] <= e.t_mono_ns <= spans[(e.trial_id, e.arm)][1]
+        }
+    )
+    checks.append(
+        plain_check(
+            GATE,
+            "trials",
+            "no_checkpoint_inside_a_steady_span",
+            not contaminated,
+            runs=contaminated,
+        )
+    )
+    return checks

@@ -1,0 +1,320 @@
+"""Failure injection and recovery: every trial a row, both arms, one clock.
+
+For each fault in the plan and each repeat, the unmanaged copy first, then the managed copy,
+runs on the same node until the same step, gets the same real fault, and is brought back:
+the unmanaged one restarted from its own checkpoint (or the start), the managed one
+restored from its last complete CRIU checkpoint. One clock (fault_injected → serving_again)
+and the same components on both arms:
+
+    detection   fault_injected → detected        (the loss is observed)
+    scheduling  detected → started               (resources held again)
+    restore     started → restored               (CRIU restore, or the fresh process)
+    warm-up     restored → serving_again         (the first new progress line)
+
+What `started` means differs by cluster, and each row's `includes` says so: locally the
+slot is free at once (scheduling ≈ 0); on Slurm it is the recovery job — a new job, linked
+to the interrupted one — observed RUNNING, so queueing, the node's return after a
+node-down fault and the old allocation's release are in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tasks.data.errors import CkptPocError
+from tasks.data.gates import CheckResult, plain_check
+from tasks.data.plan import Fault, Plan
+from tasks.data.runctx import RunContext
+from tasks.engine.checkpointers.criu import (
+    clean_dead_roots,
+)
+from tasks.engine.clock import Event, EventRecorder
+from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.slurm import SlurmCluster
+from tasks.engine.preflight import (
+    PREFLIGHT_TIMEOUT_S,
+    PreflightResult,
+    preflight_local,
+)
+from tasks.engine.side_by_side import run_folder
+from tasks.experiments import trials as experiments
+from tasks.experiments.checkpoints import checkpoint_rows
+from tasks.experiments.recovery_local import run_local_trial
+from tasks.experiments.recovery_slurm import preflight_slurm, run_slurm_trial
+from tasks.experiments.recovery_trial import (
+    ARMS_IN_ORDER,
+    FAULT_DELIVERED,
+    TrialSetup,
+)
+from tasks.experiments.trials import (
+    LOG_TAIL,
+    arms_differ_only_in_managed,
+    as_trials,
+    failures_of,
+    require_command_and_progress,
+)
+
+GATE = "recovery"
+
+
+class RecoveryStopped(CkptPocError):
+    """The run stopped early: its first trials all failed the same way before any fault."""
+
+
+# --- both ---------------------------------------------------------------------------------------
+
+TRIAL_RUNNERS: dict[str, Callable[[TrialSetup, Fault, str, int], dict[str, Any]]] = {
+    "local": run_local_trial,
+    "slurm": run_slurm_trial,
+}
+
+
+def ensure_recovery_supports(plan: Plan) -> None:
+    if plan.cluster.kind not in TRIAL_RUNNERS or plan.checkpointer.kind != "criu":
+        raise CkptPocError(
+            f"recovery runs on cluster.kind 'local' or 'slurm' with checkpointer 'criu' here; "
+            f"this plan has {plan.cluster.kind!r} with {plan.checkpointer.kind!r}"
+        )
+    require_command_and_progress(plan, "recovery")
+
+
+def make_cluster(plan: Plan, ctx: RunContext) -> LocalCluster | SlurmCluster:
+    if plan.cluster.kind == "slurm":
+        return SlurmCluster(
+            list(plan.cluster.nodes), plan.cluster.queue, run_folder(ctx), Path.cwd()
+        )
+    return LocalCluster(
+        list(plan.cluster.nodes), run_folder(ctx), Path.cwd(), workload=plan.workload.name
+    )
+
+
+@dataclass
+class RecoveryRun:
+    trials: pd.DataFrame  # one row per trial, in the `trials` schema
+    events: list[Event]  # every event of the run (already written to `events`)
+    run_dir: Path
+    failures: list[dict[str, Any]]  # trial_id, arm, reason, log_tail of each failed trial
+    stopped: str | None = None  # why the run stopped before its last trial
+
+
+def stop_reason(rows: list[dict[str, Any]], fault: str) -> str | None:
+    """Why to stop the run: the first trials of ``fault`` (one per arm) all failed for the
+    same reason before any fault was injected — every further trial would fail the same way."""
+    first = [r for r in rows if r["fault"] == fault][: len(ARMS_IN_ORDER)]
+    if len(first) < len(ARMS_IN_ORDER):
+        return None
+    if any(r.get("status") != "failed" or r.get(FAULT_DELIVERED) for r in first):
+        return None
+    reasons = {r["reason"] for r in first}
+    if len(reasons) != 1:
+        return None
+    tail = first[-1].get(LOG_TAIL) or "(the log is empty)"
+    return (
+        f"stopped after {len(rows)} trial(s): the first trials of {fault!r} on both arms "
+        f"failed before any fault was injected, for the same reason: {reasons.pop()}. "
+        f"Last lines of the workload's log:\n{tail}"
+    )
+
+
+def preflight(setup: TrialSetup, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> PreflightResult:
+    """Start the workload once on the plan's first node and see it work (tasks/engine/preflight)."""
+    cluster = setup.cluster
+    if isinstance(cluster, LocalCluster):
+        return preflight_local(setup.plan, setup.ctx, cluster, timeout_s)
+    return preflight_slurm(setup, timeout_s)
+
+
+def run_recovery(
+    plan: Plan,
+    ctx: RunContext,
+    *,
+    fault_step: int | None = None,
+    timeout_s: float = 120,
+    fault_timeout_s: float = 10,
+    cluster: LocalCluster | SlurmCluster | None = None,
+) -> RecoveryRun:
+    """Every (fault, repeat, arm) trial of the plan, unmanaged first; one row each."""
+    ensure_recovery_supports(plan)
+    every = plan.workload.app_checkpoint.every_steps if plan.workload.app_checkpoint else 50
+    setup = TrialSetup(
+        plan,
+        ctx,
+        cluster or make_cluster(plan, ctx),
+        EventRecorder(ctx),
+        fault_step or int(every * 2.6),
+        timeout_s,
+        fault_timeout_s,
+    )
+    runner = TRIAL_RUNNERS[plan.cluster.kind]
+    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
+    rows: list[dict[str, Any]] = []
+    stopped = None
+    try:
+        preflight(setup)
+        for fault in plan.faults:
+            for repeat in range(plan.repeats):
+                for arm in ARMS_IN_ORDER:
+                    rows.append(runner(setup, fault, arm, repeat))
+                stopped = stop_reason(rows, fault.kind)
+                if stopped:
+                    break
+            if stopped:
+                break
+    finally:
+        setup.cluster.stop_all()
+        if isinstance(setup.cluster, LocalCluster):
+            setup.cluster.close()  # its reaper: nothing left to end
+        setup.recorder.flush()
+    return RecoveryRun(
+        as_trials([pd.DataFrame(rows)], ctx),
+        setup.recorder.events(),
+        run_folder(ctx),
+        failures_of(rows),
+        stopped,
+    )
+
+
+def write_and_gate(run: RecoveryRun, plan: Plan, ctx: RunContext) -> list[Path]:
+    """Write every trial and its checkpoints' rows, then gate the recovery trials."""
+    dumps = checkpoint_rows(run.events, plan, plan.cluster.nodes[0])
+    trials = as_trials([run.trials, dumps], ctx)
+    if run.stopped:
+        experiments.write_trials(trials, ctx)  # the run is recorded, then refused
+        ctx.commit("refused: stopped early, " + run.stopped.splitlines()[0][:300])
+        raise RecoveryStopped(run.stopped)
+    return experiments.write_and_gate(
+        trials,
+        ctx,
+        GATE,
+        recovery_gate_checks(run.trials, plan, run.events),
+    )
+
+
+def _stats(values: pd.Series) -> dict[str, float | None]:
+    v = values.dropna().astype(float)
+    if v.empty:
+        return {"n": 0, "median": None, "p90": None, "min": None, "max": None}
+    return {
+        "n": len(v),
+        "median": float(v.median()),
+        "p90": float(np.percentile(v, 90)),
+        "min": float(v.min()),
+        "max": float(v.max()),
+    }
+
+
+def _statistic(values: pd.Series, name: str) -> float | None:
+    v = values.dropna().astype(float)
+    if v.empty:
+        return None
+    return float(
+        {
+            "median": v.median(),
+            "mean": v.mean(),
+            "min": v.min(),
+            "max": v.max(),
+            "p90": np.percentile(v, 90),
+        }[name]
+    )
+
+
+def summarise_recovery(trials: pd.DataFrame, plan: Plan) -> list[dict[str, Any]]:
+    """Per fault × arm: n, median, p90, min, max of recovery time and work lost; the
+    managed/unmanaged ratio of medians; the plan's thresholds with a verdict (managed)."""
+    ok = trials[trials["status"] == "ok"]
+    out = []
+    crit_rt, crit_wl = plan.success.recovery_time_s, plan.success.work_lost_gpu_h
+    for fault in sorted(trials["fault"].unique()):
+        medians = {}
+        for arm in ARMS_IN_ORDER:
+            rows = ok[(ok["fault"] == fault) & (ok["arm"] == arm)]
+            entry = {
+                "fault": fault,
+                "arm": arm,
+                "failed": int(
+                    (
+                        (trials["fault"] == fault)
+                        & (trials["arm"] == arm)
+                        & (trials["status"] == "failed")
+                    ).sum()
+                ),
+                "recovery_s": _stats(rows["recovery_s"]),
+                "work_lost_gpu_h": _stats(rows["work_lost_gpu_h"]),
+                "steps_lost": _stats(rows["steps_lost"]),
+                # How late the harness saw `detected` and `serving_again` (DESIGN §4).
+                "detect_latency_ms": _stats(rows["detect_latency_ms"]),
+                "serving_latency_ms": _stats(rows["serving_latency_ms"]),
+            }
+            medians[arm] = entry["recovery_s"]["median"]
+            if arm == "managed":
+                rt = _statistic(rows["recovery_s"], crit_rt.statistic)
+                wl = _statistic(rows["work_lost_gpu_h"], crit_wl.statistic)
+                entry["recovery_time_verdict"] = _verdict(rt, crit_rt.threshold, crit_rt.statistic)
+                entry["work_lost_verdict"] = _verdict(wl, crit_wl.threshold, crit_wl.statistic)
+            out.append(entry)
+        ratio = (
+            medians["managed"] / medians["unmanaged"]
+            if medians["managed"] is not None and medians["unmanaged"]
+            else None
+        )
+        for entry in out[-2:]:
+            entry["managed_over_unmanaged_recovery"] = ratio
+    return out
+
+
+def _verdict(value: float | None, threshold: float, statistic: str) -> dict[str, Any]:
+    verdict = "undecided" if value is None else "met" if value <= threshold else "not met"
+    return {"value": value, "threshold": threshold, "statistic": statistic, "verdict": verdict}
+
+
+def recovery_gate_checks(
+    trials: pd.DataFrame, plan: Plan, events: list[Event]
+) -> list[CheckResult]:
+    """The comparability rules for recovery (DESIGN §5): both arms and enough repeats per
+    fault, one clock, arms that differ only in being managed, real faults and measured
+    recoveries behind every counted trial."""
+    checks = []
+    ok = trials[trials["status"] == "ok"]
+    for fault in plan.faults:
+        for arm in ARMS_IN_ORDER:
+            n = int(((ok["fault"] == fault.kind) & (ok["arm"] == arm)).sum())
+            checks.append(
+                plain_check(
+                    GATE,
+                    "trials",
+                    f"repeats[{fault.kind},{arm}]",
+                    n >= plan.repeats,
+                    ok_trials=n,
+                    required=plan.repeats,
+                )
+            )
+    clocks = sorted(map(str, trials["clock"].unique()))
+    checks.append(
+        plain_check(GATE, "trials", "same_clock_both_arms", len(clocks) == 1, clocks=clocks)
+    )
+    checks += arms_differ_only_in_managed(GATE, trials)
+    seen = {(e.trial_id, e.arm, e.event) for e in events}
+    unbacked = [
+        f"{t}/{a}"
+        for t, a in zip(ok["trial_id"], ok["arm"], strict=True)
+        if (t, a, "fault_injected") not in seen or (t, a, "serving_again") not in seen
+    ]
+    measured = ok["recovery_s"].notna() & ok["detection_s"].notna()
+    checks.append(
+        plain_check(
+            GATE,
+            "trials",
+            "real_fault_and_measured_serving_again",
+            not unbacked and bool(measured.all()),
+            ok_trials=len(ok),
+            without_events=unbacked,
+            without_numbers=int((~measured).sum()),
+        )
+    )
+    return checks

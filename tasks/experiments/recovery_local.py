@@ -1,0 +1,126 @@
+"""A recovery trial on the local engine: the copy a process on this machine, a real signal,
+restarted (unmanaged) or restored from its last complete CRIU checkpoint (managed)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Fault
+from tasks.engine.checkpointers.criu import (
+    CriuCheckpointer,
+    CriuError,
+    PeriodicCheckpoints,
+)
+from tasks.engine.checkpointers.none import NoCheckpointer
+from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.faults import inject_local_fault
+from tasks.engine.probes import LogProgressProbe, last_step_before
+from tasks.engine.side_by_side import copy_argv, run_folder
+from tasks.experiments.recovery_trial import (
+    Moments,
+    TrialFailed,
+    TrialSetup,
+    app_checkpoint,
+    app_resume_step,
+    base_row,
+    checkpoint_started,
+    fail_trial,
+    held_step,
+    progress_event,
+    serve_and_measure,
+    wait_for_step,
+)
+
+# --- the local engine --------------------------------------------------------------------------
+
+
+def _wait_gone(proc: WorkloadProcess, cluster: LocalCluster, timeout: float) -> int | None:
+    """Monotonic ns when the process was first observed gone, polled every 2 ms."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not proc.alive():
+            seen = time.monotonic_ns()
+            cluster.wait_gone(proc, timeout=5)
+            return seen
+        time.sleep(0.002)
+    return None
+
+
+def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
+    """One trial on the local engine; returns its row (failed with a reason, never raising)."""
+    plan, rec, cluster = setup.plan, setup.recorder, setup.cluster
+    assert isinstance(cluster, LocalCluster)
+    slot = plan.cluster.nodes[0]  # both arms on the same node
+    row = base_row(setup, fault.kind, arm, repeat, slot)
+    trial = row["trial_id"]
+    regex = plan.workload.progress_probe.log_regex
+    copy_dir = run_folder(setup.ctx) / f"{trial}-{arm}"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    argv = copy_argv(plan.workload.command or [], copy_dir)
+    probe: LogProgressProbe | None = None
+    periodic: PeriodicCheckpoints | None = None
+    try:
+        launched = rec.record(trial, arm, "launch", slot=slot)
+        proc = cluster.start(slot, arm, argv, tag=trial)
+        probe = LogProgressProbe(proc.log, regex, rec, trial, arm).start()
+        criu = None
+        if arm == "managed":
+            criu = CriuCheckpointer(
+                copy_dir / "criu", plan.checkpointer.keep, rec, trial, timeout_s=setup.timeout_s
+            )
+            periodic = PeriodicCheckpoints(criu, proc, plan.checkpointer.interval_s).start()
+        wait_for_step(probe, proc.alive, setup.fault_step, setup.timeout_s)
+        if periodic:
+            periodic.stop()  # no dump in flight when the fault lands
+        fault_ev = inject_local_fault(cluster, proc, fault.kind, rec, trial)
+        gone_ns = _wait_gone(proc, cluster, timeout=setup.fault_timeout_s)
+        if gone_ns is None:
+            raise TrialFailed(
+                f"the workload survived {fault.kind}: pid {proc.pid} still running "
+                f"{setup.fault_timeout_s:.0f} s after the fault"
+            )
+        detected = rec.record(trial, arm, "detected", pid=proc.pid)
+        row["detect_latency_ms"] = (detected.t_mono_ns - gone_ns) / 1e6
+        row["fault_outcome"] = "process gone"
+        killed_at = proc.log.stat().st_size
+        step_at_fault = last_step_before(proc.log, killed_at, regex)
+        started = rec.record(trial, arm, "started", slot=slot)
+        if criu is not None:
+            point = criu.last_complete()
+            if point is None:
+                raise TrialFailed("no complete CRIU checkpoint before the fault")
+            resume_step = held_step(proc.log, point, regex)
+            recoverable = checkpoint_started(rec, trial, point.index)
+            row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
+            criu.restore(cluster, slot, point)
+            restored = rec.events(trial, arm, "restored")[-1]  # CRIU's restore returned
+        else:
+            app = plan.workload.app_checkpoint
+            arm_ckpt = NoCheckpointer(
+                rec, trial, app_checkpoint(plan, copy_dir), app.resume_args if app else []
+            )
+            kind = arm_ckpt.recoverable_point().kind
+            resume_step = app_resume_step(plan, step_at_fault) if kind == "app_checkpoint" else 0
+            recoverable = (
+                progress_event(rec, trial, arm, resume_step)
+                if kind == "app_checkpoint"
+                else launched
+            )
+            row["recoverable_point"] = kind
+            new = arm_ckpt.restart(cluster, slot, argv, tag=trial)
+            restored = rec.record(trial, arm, "restored", pid=new.pid)  # the fresh process
+        moments = Moments(
+            fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step
+        )
+        serve_and_measure(row, setup, probe, proc.log, killed_at, moments)
+    except (TrialFailed, CriuError, CkptPocError) as exc:
+        fail_trial(row, rec, exc, cluster.log_path(slot, arm, trial))
+    finally:
+        if periodic:
+            periodic.stop()
+        if probe:
+            probe.stop()
+        cluster.stop_all()
+    return row

@@ -1,0 +1,249 @@
+"""A recovery trial on Slurm: the copy a batch job pinned to the plan's node, a real Slurm
+fault, a new linked job that restores (managed) or resubmits (unmanaged) it."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Fault
+from tasks.engine.checkpointers.criu import (
+    CriuCheckpointer,
+    CriuError,
+)
+from tasks.engine.clock import Event, EventRecorder, span_s
+from tasks.engine.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmError
+from tasks.engine.faults import inject_slurm_fault
+from tasks.engine.preflight import PreflightResult, await_first_sign
+from tasks.engine.probes import LogProgressProbe, last_step_before
+from tasks.engine.side_by_side import copy_argv, run_folder
+from tasks.experiments.recovery_trial import (
+    TIME_LIMIT_CHECK_S,
+    Moments,
+    TrialFailed,
+    TrialSetup,
+    app_checkpoint,
+    app_resume_step,
+    base_row,
+    checkpoint_started,
+    fail_trial,
+    held_step,
+    progress_event,
+    serve_and_measure,
+)
+
+# --- Slurm -------------------------------------------------------------------------------------
+
+
+def _job_spec(
+    setup: TrialSetup, trial: str, arm: str, copy_dir: Path, log: Path, **mode: Any
+) -> dict[str, Any]:
+    plan = setup.plan
+    return {
+        "trial_id": trial,
+        "arm": arm,
+        "node": plan.cluster.nodes[0],
+        "log": str(log),
+        "events": str(copy_dir / "job-events.jsonl"),
+        "ckpt_root": str(copy_dir / "criu"),
+        "interval_s": plan.checkpointer.interval_s,
+        "keep": plan.checkpointer.keep,
+        "checkpoint": arm == "managed",
+        **mode,
+    }
+
+
+def _wait_job_event(
+    rec: EventRecorder,
+    events: Path,
+    trial: str,
+    arm: str,
+    names: tuple[str, ...],
+    after: Event,
+    timeout: float,
+) -> Event | None:
+    """The first of ``names`` after ``after`` that the job appends to its events file."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rec.import_jsonl(events)
+        for event in rec.events(trial, arm):
+            if event.event in names and span_s(after, event) >= 0:
+                return event
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+
+
+# How long the job's own record of Slurm's SIGTERM may take to appear once the job is seen
+# ending: slurmctld marks the job before slurmd signals it; past KillWait the job is killed.
+SIGNAL_RECORD_WAIT_S = 10
+
+
+def _time_limit_delivery(rec: EventRecorder, events: Path, lapsed: Event) -> Event:
+    """`fault_injected` for a time limit: when Slurm's SIGTERM reached the job (its wrapper
+    recorded it), else the lapse itself (a job killed without SIGTERM)."""
+    landed = _wait_job_event(
+        rec, events, lapsed.trial_id, lapsed.arm, ("signalled",), lapsed, SIGNAL_RECORD_WAIT_S
+    )
+    return rec.alias(landed or lapsed, "fault_injected", fault="time-limit")
+
+
+def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
+    """One trial on Slurm: the copy as a job, a real Slurm fault, a new linked job that
+    restores (managed) or resubmits (unmanaged) it; failed with a reason, never raising."""
+    plan, rec, cluster = setup.plan, setup.recorder, setup.cluster
+    assert isinstance(cluster, SlurmCluster)
+    node = plan.cluster.nodes[0]
+    row = base_row(setup, fault.kind, arm, repeat, node)
+    trial = row["trial_id"]
+    regex = plan.workload.progress_probe.log_regex
+    copy_dir = run_folder(setup.ctx) / f"{trial}-{arm}"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    log = copy_dir / "workload.log"
+    events = copy_dir / "job-events.jsonl"
+    argv = copy_argv(plan.workload.command or [], copy_dir)
+    gpus = plan.workload.gpus
+    probe: LogProgressProbe | None = None
+    try:
+        launched = rec.record(trial, arm, "launch", node=node)
+        spec = _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=argv)
+        job = cluster.submit(node, arm, spec, name=trial, log=log, gpus=gpus)
+        row["job_id"] = job.job_id
+        running = cluster.wait_until(job, lambda s: s == "RUNNING", setup.timeout_s)
+        if running is None:
+            raise TrialFailed(f"job {job.job_id} never started within {setup.timeout_s:.0f} s")
+        allocated = cluster.allocated_gpus(job)
+        if gpus and allocated:
+            row.update(gpus=allocated, gpus_from="allocation")
+        probe = LogProgressProbe(log, regex, rec, trial, arm).start()
+        if not probe.wait_for(lambda s: s.step >= setup.fault_step, setup.timeout_s):
+            raise TrialFailed(f"the copy never reached step {setup.fault_step}")
+        fault_ev = inject_slurm_fault(cluster, job, fault.kind, rec, trial)
+        # Slurm checks time limits about every 30 s: that fault gets the longer wait.
+        grace = setup.fault_timeout_s + (TIME_LIMIT_CHECK_S if fault.kind == "time-limit" else 0)
+        ended = cluster.wait_until(job, lambda s: s != "RUNNING", grace)
+        if ended is None:
+            raise TrialFailed(
+                f"the workload survived {fault.kind}: job {job.job_id} still RUNNING "
+                f"{grace:.0f} s after the fault"
+            )
+        detected = rec.record(trial, arm, "detected", job_id=job.job_id, state=ended.state)
+        if fault.kind == "time-limit":
+            fault_ev = _time_limit_delivery(rec, events, fault_ev)
+        # The state changed somewhere between the two polls: that window bounds how late
+        # the detection was observed.
+        row["detect_latency_ms"] = (ended.t_mono_ns - ended.previous_poll_ns) / 1e6
+        if fault.kind == "node-down" and fault.down_s is not None:
+            time.sleep(fault.down_s)  # the node is away this long (a reboot, a repair)
+            cluster.node_resume(node)
+            rec.record(trial, arm, "node_returned", node=node, down_s=fault.down_s)
+        # The old allocation must be released (its processes gone) before anything reads
+        # what the copy logged or restarts it.
+        released = cluster.wait_until(job, lambda s: s not in ACTIVE_STATES, setup.timeout_s)
+        if released is None:
+            raise TrialFailed(f"job {job.job_id} was not released within {setup.timeout_s} s")
+        rec.import_jsonl(events)
+        killed_at = log.stat().st_size
+        step_at_fault = last_step_before(log, killed_at, regex)
+        if arm == "managed":
+            point = CriuCheckpointer.last_complete_under(copy_dir / "criu")
+            if point is None:
+                raise TrialFailed("no complete CRIU checkpoint before the fault")
+            resume_step = held_step(log, point, regex)
+            recoverable = checkpoint_started(rec, trial, point.index)
+            row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
+            spec = _job_spec(
+                setup, trial, arm, copy_dir, log, mode="restore", restore_from=str(point.path)
+            )
+        else:
+            app = plan.workload.app_checkpoint
+            app_path = app_checkpoint(plan, copy_dir)
+            kind = "app_checkpoint" if app_path and app_path.exists() else "start"
+            resume_step = app_resume_step(plan, step_at_fault) if kind == "app_checkpoint" else 0
+            recoverable = (
+                progress_event(rec, trial, arm, resume_step)
+                if kind == "app_checkpoint"
+                else launched
+            )
+            row["recoverable_point"] = kind
+            resume = [*argv, *(app.resume_args if app and kind == "app_checkpoint" else [])]
+            spec = _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=resume)
+        new_job = cluster.submit(
+            node, arm, spec, name=trial, log=log, gpus=gpus, linked_to=job.job_id
+        )
+        row["recovery_job_id"] = new_job.job_id
+        rec.record(trial, arm, "recovery_submitted", job_id=new_job.job_id, recovers=job.job_id)
+        now_running = cluster.wait_until(new_job, lambda s: s == "RUNNING", setup.timeout_s)
+        if now_running is None:
+            state, reason = cluster.observe(new_job)
+            raise TrialFailed(
+                f"recovery job {new_job.job_id} never started within {setup.timeout_s:.0f} s "
+                f"(state {state}, reason {reason or 'none'})"
+                + (" — the node never came back" if fault.kind == "node-down" else "")
+            )
+        # `started` is the job's own first moment on the node (its wrapper records it): the
+        # squeue poll that saw it RUNNING may come after the restore has begun.
+        job_started = _wait_job_event(
+            rec, events, trial, arm, ("job_started",), fault_ev, setup.timeout_s
+        )
+        if job_started is None:
+            raise TrialFailed(f"recovery job {new_job.job_id} ran but never reported starting")
+        started = rec.alias(job_started, "started", job_id=new_job.job_id)
+        names = ("restored", "restore_failed") if arm == "managed" else ("workload_started",)
+        restored = _wait_job_event(rec, events, trial, arm, names, fault_ev, setup.timeout_s)
+        if restored is None or restored.event == "restore_failed":
+            tail = restored.detail.get("log_tail", "") if restored else ""
+            raise TrialFailed(
+                f"recovery job {new_job.job_id} did not bring the copy back: "
+                + (tail.strip().splitlines()[-1] if tail.strip() else "no restore event")
+            )
+        if restored.event == "workload_started":  # the unmanaged copy's fresh process
+            restored = rec.alias(restored, "restored", job_id=new_job.job_id)
+        moments = Moments(
+            fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step
+        )
+        serve_and_measure(row, setup, probe, log, killed_at, moments)
+    except (TrialFailed, CriuError, SlurmError, CkptPocError) as exc:
+        fail_trial(row, rec, exc, log)
+    finally:
+        if probe:
+            probe.stop()
+        if row.get("job_id") and not row.get("fault_outcome"):
+            # What accounting says ended the interrupted job (sacct lags: read it last).
+            with contextlib.suppress(SlurmError):
+                row["fault_outcome"] = cluster.final_state(cluster.tracked[row["job_id"]])
+        left = cluster.stop_all()
+        rec.import_jsonl(events)
+        if left:
+            rec.record(trial, arm, "left_running", job_ids=left)
+    return row
+
+
+def preflight_slurm(setup: TrialSetup, timeout_s: float) -> PreflightResult:
+    """The preflight as a Slurm job on the plan's first node (tasks/engine/preflight)."""
+    cluster = setup.cluster
+    assert isinstance(cluster, SlurmCluster)
+    plan, node = setup.plan, setup.plan.cluster.nodes[0]
+    copy_dir = run_folder(setup.ctx) / "preflight"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    log = copy_dir / "workload.log"
+    argv = copy_argv(plan.workload.command or [], copy_dir)
+    spec = _job_spec(setup, "preflight", "unmanaged", copy_dir, log, mode="run", argv=argv)
+    job = cluster.submit(
+        node, "preflight", spec, name="preflight", log=log, gpus=plan.workload.gpus
+    )
+    try:
+        return await_first_sign(
+            plan,
+            log,
+            lambda: cluster.observe(job)[0] in ACTIVE_STATES,
+            # A Slurm copy may wait in the queue first: the trial timeout covers that.
+            max(timeout_s, setup.timeout_s),
+            f"job {job.job_id}: {' '.join(argv)}",
+            slice_s=0.5,
+        )
+    finally:
+        cluster.stop_all()

@@ -1,0 +1,191 @@
+"""One recovery trial's shared parts, whatever the cluster: its setup, its row, the clock's
+moments and the measuring once the copy serves again (recovery_local.py and
+recovery_slurm.py run the trials; recovery.py runs them all, writes and gates)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext
+from tasks.engine.checkpointers.criu import (
+    Checkpoint,
+)
+from tasks.engine.clock import Event, EventRecorder, span_s
+from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.slurm import SlurmCluster
+from tasks.engine.preflight import (
+    log_tail,
+)
+from tasks.engine.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
+from tasks.experiments.trials import (
+    LOG_TAIL,
+    workload_hash,
+)
+
+CLOCK = "fault_injected→serving_again"
+INCLUDES = {
+    "local": "detection+scheduling+restore+warmup (local: scheduling is holding the slot again)",
+    "slurm": (
+        "detection+scheduling+restore+warmup (slurm: detection by squeue poll; scheduling is "
+        "the old allocation's release, the recovery job's queueing and the node's return)"
+    ),
+}
+ARMS_IN_ORDER = ("unmanaged", "managed")  # the unmanaged copy is faulted first
+FAULT_DELIVERED = "fault_delivered"  # on a failed row's dict, never a `trials` column
+TIME_LIMIT_CHECK_S = 60  # slurmctld's limit check runs about every 30 s; twice that
+
+
+class TrialFailed(CkptPocError):
+    """A trial that cannot give a number; its row says why."""
+
+
+@dataclass
+class TrialSetup:
+    plan: Plan
+    ctx: RunContext
+    cluster: LocalCluster | SlurmCluster
+    recorder: EventRecorder
+    fault_step: int
+    timeout_s: float
+    fault_timeout_s: float = 10  # how long a delivered fault has to end the workload
+
+
+@dataclass
+class Moments:
+    """The events one trial's numbers come from, up to the copy being back."""
+
+    fault: Event
+    detected: Event
+    started: Event
+    restored: Event
+    recoverable: Event  # when the state recovery resumes from was the workload's
+    step_at_fault: int | None
+    resume_step: int
+
+
+def base_row(setup: TrialSetup, fault: str, arm: str, repeat: int, node: str) -> dict[str, Any]:
+    plan = setup.plan
+    return {
+        "measure": "recovery",
+        "trial_id": f"{fault}-{repeat}",
+        "arm": arm,
+        "fault": fault,
+        "repeat": repeat,
+        "started_at": dt.datetime.now(dt.UTC),
+        "clock": CLOCK,
+        "includes": INCLUDES[plan.cluster.kind],
+        "gpus": plan.workload.gpus,
+        "gpus_from": "plan",
+        "nodes": node,
+        "workload_hash": workload_hash(plan),
+    }
+
+
+def serve_and_measure(
+    row: dict[str, Any],
+    setup: TrialSetup,
+    probe: LogProgressProbe,
+    log: Path,
+    killed_at: int,
+    m: Moments,
+) -> None:
+    """Wait for the first new progress line (`serving_again`), check the copy resumed
+    where its recoverable point said, and fill the row's numbers."""
+    plan, rec = setup.plan, setup.recorder
+    seen = probe.wait_for(lambda s: s.offset > killed_at, setup.timeout_s)
+    if seen is None:
+        raise TrialFailed("no new progress after recovery")
+    serving = rec.record(row["trial_id"], row["arm"], "serving_again", step=seen.step)
+    row["serving_latency_ms"] = (serving.t_mono_ns - seen.t_mono_ns) / 1e6
+    first_new = first_new_step(log, killed_at, plan.workload.progress_probe.log_regex)
+    if first_new != m.resume_step + 1:
+        raise TrialFailed(
+            f"resumed at step {first_new}, its recoverable point held {m.resume_step}"
+        )
+    lost_s = span_s(m.recoverable, m.fault)
+    row.update(
+        status="ok",
+        recovery_s=span_s(m.fault, serving),
+        detection_s=span_s(m.fault, m.detected),
+        scheduling_s=span_s(m.detected, m.started),
+        restore_s=span_s(m.started, m.restored),
+        warmup_s=span_s(m.restored, serving),
+        work_lost_s=lost_s,
+        work_lost_gpu_h=lost_s * row["gpus"] / 3600,
+        steps_lost=(m.step_at_fault or 0) - m.resume_step,
+    )
+
+
+def fail_trial(row: dict[str, Any], rec: EventRecorder, exc: Exception, log: Path) -> None:
+    """Mark the row failed with its reason; keep the workload log's tail beside it (for the
+    flow run's logs and the report, not the dataset) and whether the fault was delivered."""
+    row.update(status="failed", reason=str(exc).splitlines()[0][:500])
+    row[LOG_TAIL] = log_tail(log)
+    row[FAULT_DELIVERED] = bool(rec.events(row["trial_id"], row["arm"], "fault_injected"))
+    rec.record(row["trial_id"], row["arm"], "trial_failed", reason=row["reason"])
+
+
+def wait_for_step(
+    probe: LogProgressProbe, alive: Callable[[], bool], step: int, timeout: float
+) -> None:
+    """Wait until the copy logs ``step``; fail as soon as it exits without reaching it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if probe.wait_for(lambda s: s.step >= step, 0.1):
+            return
+        if not alive():
+            if probe.wait_for(lambda s: s.step >= step, 0.3):  # lines written before the end
+                return
+            last = probe.last
+            raise TrialFailed(
+                f"the copy exited at step {last.step if last else 'none'} before reaching "
+                f"step {step}"
+            )
+    raise TrialFailed(f"the copy never reached step {step} within {timeout:.0f} s")
+
+
+def app_checkpoint(plan: Plan, copy_dir: Path) -> Path | None:
+    app = plan.workload.app_checkpoint
+    return Path(app.path.replace("{copy_dir}", str(copy_dir))) if app and app.path else None
+
+
+def app_resume_step(plan: Plan, step_at_fault: int | None) -> int:
+    """The step the application's own last checkpoint holds (it writes every N steps)."""
+    app = plan.workload.app_checkpoint
+    assert app is not None
+    return (step_at_fault or 0) // app.every_steps * app.every_steps
+
+
+def progress_event(rec: EventRecorder, trial: str, arm: str, step: int) -> Event:
+    """The `progress` event of the first step at or after ``step`` (the application writes
+    its checkpoint right after that step, so this is when its recoverable point existed)."""
+    return next(
+        e for e in rec.events(trial, arm, "progress") if int(e.detail.get("step", -1)) >= step
+    )
+
+
+def checkpoint_started(rec: EventRecorder, trial: str, index: int) -> Event:
+    return next(
+        e
+        for e in rec.events(trial, "managed", "checkpoint_start")
+        if e.detail.get("index") == index
+    )
+
+
+def held_step(log: Path, point: Checkpoint, regex: str) -> int:
+    """The last step the workload had logged when CRIU froze it."""
+    return last_step_before(log, point.held_log_bytes or 0, regex) or 0
+
+
+def first_new_step(log: Path, offset: int, regex: str) -> int | None:
+    with open(log, "rb") as fh:
+        fh.seek(offset)
+        steps = steps_in(fh.read().decode("utf-8", "replace"), compile_progress(regex))
+    return steps[0] if steps else None

@@ -1,0 +1,1 @@
+"""The whole PoC: where it stands (progress) and the decision record."""

@@ -1,0 +1,1 @@
+"""The long window: samplers, job-level utilization, the weekly report."""
