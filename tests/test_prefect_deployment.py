@@ -215,8 +215,7 @@ def test_poc_demo_runs_the_whole_poc_to_its_decision_record(
         "samples",
         "utilization",
         "reports",
-        "exit_diff",
-        "exit_verdicts",
+        "exit_verdicts",  # every node's verdict; exit_diff has rows only for leftovers
     ):
         assert list(base.glob(f"{dataset}/week=*/*.parquet")), f"no {dataset} parquet"
     # Every stage ran as a subflow of this run, in order, and each left its artifacts.
