@@ -117,9 +117,9 @@ def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
             plan, plan_path, run_id=f"{ctx.run_id}-exit-diff", stage="exit_diff"
         )
         diff = exit_diff(plan, diff_ctx, "before_install", "after_uninstall")
-        diff_ctx.commit(f"exit verdict: {verdict_line(diff)}")
+        verdict = verdict_line(diff)
+        diff_ctx.commit(f"exit verdict: {verdict}")
     n = len(diff["leftovers"])
-    verdict = "clean" if diff["verdict"] == "clean" else f"leftovers: {n}"
     logger.info("exit verdict: %s", verdict)
     rows = "\n".join(
         f"| {x['node']} | {x['kind']} | `{x['key']}` | {x['change']} |" for x in diff["leftovers"]
