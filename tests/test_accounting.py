@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tasks.baseline import accounting as acct
+from tasks.baseline import fields, source_files
 from tests.conftest import HEADER
 
 PS = acct.Pseudonymiser(b"unit-test-key-0123456789")
@@ -153,10 +154,10 @@ def test_blocks_boundaries_do_not_change_the_result() -> None:
 
 
 def test_tres_gpu_counting() -> None:
-    assert acct.parse_tres("gres/gpu:a100=4,gres/gpu=4")["gpus"] == 4
-    assert acct.parse_tres("gres/gpu:a100=2,gres/gpu:v100=1")["gpus"] == 3
-    assert acct.parse_tres("cpu=4,mem=1Gn,node=1")["mem"] == 1 << 30
-    assert acct.parse_tres("garbage")["bad"]
+    assert fields.parse_tres("gres/gpu:a100=4,gres/gpu=4")["gpus"] == 4
+    assert fields.parse_tres("gres/gpu:a100=2,gres/gpu:v100=1")["gpus"] == 3
+    assert fields.parse_tres("cpu=4,mem=1Gn,node=1")["mem"] == 1 << 30
+    assert fields.parse_tres("garbage")["bad"]
 
 
 def test_pseudonyms_are_keyed() -> None:
@@ -199,7 +200,7 @@ def test_sacct_json_becomes_the_same_rows() -> None:
             }
         ]
     }
-    psv = acct.sacct_json_to_psv(json.dumps(doc).encode(), "x.json")
+    psv = source_files.sacct_json_to_psv(json.dumps(doc).encode(), "x.json")
     jobs, quarantine, _ = parse(psv)
     r = jobs.to_pylist()[0]
     assert quarantine == []

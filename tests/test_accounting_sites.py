@@ -17,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tasks.baseline import accounting as acct
+from tasks.baseline import fields
 from tasks.baseline.run import BaselineResult, run_baseline
 from tasks.data.errors import AccountingError, GateFailed
 from tasks.data.plan import load_plan
@@ -150,7 +151,7 @@ def _older_gpu_rows() -> list[dict[str, str]]:
     """The sample as Slurm before 17.11 wrote it: GPUs as AllocGRES, no AllocTRES."""
     rows = []
     for r in sample_rows():
-        gpus = acct.parse_tres(r["AllocTRES"])["gpus"]
+        gpus = fields.parse_tres(r["AllocTRES"])["gpus"]
         rows.append({**r, "AllocGRES": f"gpu:{gpus}" if gpus else ""})
     return rows
 
@@ -190,15 +191,15 @@ def test_requested_gpus_only_where_nothing_was_allocated_yet() -> None:
 
 
 def test_gres_strings() -> None:
-    assert acct.parse_gres("gpu:4")["gpus"] == 4
-    assert acct.parse_gres("gpu:tesla:2(IDX:0,1)")["gpus"] == 2
-    assert acct.parse_gres("gpu:a100:1,gpu:v100:2,mic:1")["gpus"] == 3
-    assert acct.parse_gres("gpu:2,gpu:tesla:2")["gpus"] == 2  # untyped wins, as in TRES
-    assert acct.parse_gres("gres/gpu:2")["gpus"] == 2
-    assert acct.parse_gres("gpu")["gpus"] == 1
-    assert acct.parse_gres("mic:1")["gpus"] == 0 and acct.parse_gres("mic:1")["given"]
-    assert not acct.parse_gres("")["given"] and not acct.parse_gres("(null)")["given"]
-    assert acct.parse_gres("gpu:a:b:c")["bad"] and acct.parse_gres("gpu:tesla:x")["bad"]
+    assert fields.parse_gres("gpu:4")["gpus"] == 4
+    assert fields.parse_gres("gpu:tesla:2(IDX:0,1)")["gpus"] == 2
+    assert fields.parse_gres("gpu:a100:1,gpu:v100:2,mic:1")["gpus"] == 3
+    assert fields.parse_gres("gpu:2,gpu:tesla:2")["gpus"] == 2  # untyped wins, as in TRES
+    assert fields.parse_gres("gres/gpu:2")["gpus"] == 2
+    assert fields.parse_gres("gpu")["gpus"] == 1
+    assert fields.parse_gres("mic:1")["gpus"] == 0 and fields.parse_gres("mic:1")["given"]
+    assert not fields.parse_gres("")["given"] and not fields.parse_gres("(null)")["given"]
+    assert fields.parse_gres("gpu:a:b:c")["bad"] and fields.parse_gres("gpu:tesla:x")["bad"]
 
 
 # --- JobIDRaw as the job id ----------------------------------------------------------------

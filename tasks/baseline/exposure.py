@@ -15,7 +15,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.baseline.accounting import UNKNOWN_STATE, normalise_state
+from tasks.baseline.fields import normalise_state
+from tasks.data.slurm_states import UNKNOWN_STATE
 
 EXPOSED_STATES = (
     "FAILED",

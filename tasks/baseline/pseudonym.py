@@ -1,0 +1,68 @@
+"""Pseudonymisation: identities (user, account, job name) as keyed HMAC-SHA256 tokens.
+
+The key comes from the environment (KEY_ENV) or a Prefect Secret block and never leaves the
+Pseudonymiser: no repr, no log, no row of any dataset.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tasks.data.errors import SecretError
+
+KEY_ENV = "CKPT_POC_PSEUDONYM_KEY"
+
+
+class Pseudonymiser:
+    """Keyed HMAC-SHA256 of identities; the key never leaves this object (no repr, no log)."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 16:
+            raise SecretError("the pseudonymisation key must be at least 16 bytes")
+        self._key = key
+
+    def __repr__(self) -> str:
+        return "Pseudonymiser(<key hidden>)"
+
+    def token(self, prefix: str, value: str | bytes) -> str:
+        data = value.encode() if isinstance(value, str) else value
+        digest = hmac.new(self._key, prefix.encode() + b"\0" + data, hashlib.sha256)
+        return f"{prefix}-{digest.hexdigest()[:16]}"
+
+    def column(self, prefix: str, values: pa.Array) -> pa.Array:
+        """Pseudonymise a column, hashing each distinct value once (dictionary-encoded out)."""
+        encoded = values if pa.types.is_dictionary(values.type) else pc.dictionary_encode(values)
+        distinct = encoded.dictionary.to_pylist()
+        tokens = [self.token(prefix, v or b"") for v in distinct]
+        indices = encoded.indices
+        if indices.null_count:  # a missing identity is pseudonymised as the empty one
+            tokens.append(self.token(prefix, b""))
+            indices = pc.fill_null(indices, len(tokens) - 1)
+        return pa.DictionaryArray.from_arrays(indices, pa.array(tokens, pa.string()))
+
+
+def load_pseudonym_key(secret_block: str | None = None) -> tuple[bytes, str]:
+    """The HMAC key from the environment, else from a Prefect Secret; (key, where it came from)."""
+    value = os.environ.get(KEY_ENV)
+    if value:
+        return value.encode(), f"environment variable {KEY_ENV}"
+    if secret_block:
+        try:
+            from prefect.blocks.system import Secret
+
+            secret = Secret.load(secret_block).get()
+        except Exception as exc:  # the block is absent or the API is unreachable
+            raise SecretError(
+                f"cannot load Prefect Secret block {secret_block!r} for the pseudonymisation "
+                f"key ({type(exc).__name__}); set {KEY_ENV} instead"
+            ) from None
+        return str(secret).encode(), f"Prefect Secret {secret_block!r}"
+    raise SecretError(
+        f"no pseudonymisation key: set {KEY_ENV} or name a Prefect Secret block in "
+        "baseline.pseudonym_key_secret"
+    )
