@@ -30,18 +30,11 @@ from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.data.runs import commit_run
 from tasks.experiments.stats import compare_paired, compare_speedup
-from tasks.window.weekly import (
-    build_weekly_report,
-    daly_interval,
-    expected_waste,
-    week_start,
-    weekly_html,
-    weekly_markdown,
-    weekly_report_rows,
-    weekly_series,
-    weekly_table_rows,
-    young_interval,
-)
+from tasks.window.weekly import build_weekly_report
+from tasks.window.weekly.extrapolation import daly_interval, expected_waste, young_interval
+from tasks.window.weekly.render import weekly_html, weekly_markdown, weekly_table_rows
+from tasks.window.weekly.rows import weekly_report_rows, weekly_series
+from tasks.window.weekly.segments import week_start
 
 REPO = Path(__file__).resolve().parent.parent
 W1, W2, W3, W4 = "2026-W49", "2026-W50", "2026-W51", "2026-W52"

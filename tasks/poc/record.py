@@ -27,20 +27,16 @@ import pandas as pd
 
 from tasks.data.datasets import EXIT_DIFF, JOBS, read_dataset
 from tasks.data.plan import Plan
+from tasks.data.render import ci as _ci
+from tasks.data.render import number as _fmt
+from tasks.data.render import records as _records
 from tasks.data.runctx import RunContext
 from tasks.data.runs import committed_runs
 from tasks.data.weeks import current_week
 from tasks.experiments.stats import bootstrap_ci
-from tasks.window.weekly import (
-    TITLES,
-    _ci,
-    _fmt,
-    _records,
-    read_frames,
-    week_label,
-    week_start,
-    weekly_report_rows,
-)
+from tasks.window.weekly.model import TITLES
+from tasks.window.weekly.rows import read_frames, weekly_report_rows
+from tasks.window.weekly.segments import week_label, week_start
 
 # The plan-judged measures, as the record's `verdicts` names them.
 VERDICT_MEASURES = (

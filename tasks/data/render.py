@@ -1,0 +1,145 @@
+"""Rendering for people, shared by the weekly report, the decision record and the stages'
+artifacts: numbers with their units and CIs, markdown and HTML tables, a self-contained HTML
+page, PNG data URIs and the atomic write of a rendered file.
+
+Every figure a person reads goes through these, so the same value reads the same in the
+terminal, a Prefect artifact, the weekly page and the record.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+NO_VALUE = "—"
+
+
+# --- numbers -----------------------------------------------------------------------------------
+
+
+def sig(value: float | None, digits: int = 3) -> str:
+    """``digits`` significant digits in fixed notation (0.0000974, not 9.74e-05)."""
+    if value is None:
+        return NO_VALUE
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def fixed(value: float | None, digits: int = 3) -> str:
+    """``digits`` decimals."""
+    return NO_VALUE if value is None else f"{value:.{digits}f}"
+
+
+def pct(value: float | None) -> str:
+    """A signed percentage: "+2.35 %"."""
+    return NO_VALUE if value is None else f"{value:+.2f} %"
+
+
+def number(value: float | None, unit: str = "") -> str:
+    """A value in its unit as the reports print it: % signed to two decimals, × to two,
+    a fraction to three, anything else to three significant digits followed by the unit."""
+    if value is None:
+        return NO_VALUE
+    if unit == "%":
+        return pct(value)
+    if unit == "×":
+        return f"{value:.2f}×"
+    if unit == "fraction":
+        return f"{value:.3f}"
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"  # without the unit, as the reports have always printed it
+    return sig(value) + (f" {unit}" if unit else "")
+
+
+def ci(row: Mapping[str, Any]) -> str:
+    """A row's 95% CI, "low … high" in its unit (ci_low, ci_high, unit); "" without one."""
+    if row.get("ci_low") is None:
+        return ""
+    return f"{number(row['ci_low'], row['unit'])} … {number(row['ci_high'], row['unit'])}"
+
+
+def records(rows: pd.DataFrame | Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rows as plain dicts, NaN/NA from a frame read as None ("no value")."""
+    recs = rows.to_dict("records") if isinstance(rows, pd.DataFrame) else [dict(r) for r in rows]
+    for r in recs:
+        for k, v in r.items():
+            if not isinstance(v, (list, dict, str)) and v is not None and pd.isna(v):
+                r[k] = None
+    return recs
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+
+def markdown_table(
+    heads: Sequence[str], rows: Sequence[Sequence[Any]], align: str = ""
+) -> list[str]:
+    """A markdown table's lines. ``align``: one letter a column, "l" or "r" (default "l");
+    a "|" in a cell is escaped."""
+
+    def line(cells: Sequence[Any]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    rule = ["---:" if align[i : i + 1] == "r" else "---" for i in range(len(heads))]
+    return [line(heads), "|" + "|".join(rule) + "|", *(line(r) for r in rows)]
+
+
+def html_table(
+    heads: Sequence[Any], rows: Sequence[Sequence[Any]], classes: Sequence[str] = ()
+) -> str:
+    """An HTML table, every cell escaped; ``classes[i]`` (when given) on row i."""
+    e = html.escape
+    out = ["<table><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in heads) + "</tr>"]
+    for i, cells in enumerate(rows):
+        cls = f' class="{e(classes[i])}"' if i < len(classes) and classes[i] else ""
+        out.append(f"<tr{cls}>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
+    return "\n".join([*out, "</table>"])
+
+
+def css_class(verdict: str) -> str:
+    """A verdict as a CSS class: "not met" → "not-met"."""
+    return verdict.replace(" ", "-")
+
+
+# --- pages and files ---------------------------------------------------------------------------
+
+
+def html_page(title: str, css: str, body: Sequence[str]) -> str:
+    """A self-contained page: ``title`` escaped, ``body`` parts as given (already escaped)."""
+    return "\n".join(
+        [
+            "<!doctype html><html><head><meta charset='utf-8'>",
+            f"<title>{html.escape(title)}</title>",
+            f"<style>{css}</style></head><body>",
+            *body,
+            "</body></html>",
+        ]
+    )
+
+
+def png_data_uri(png: bytes) -> str:
+    """PNG bytes as a data: URI (shown inline by browsers and the Prefect UI)."""
+    return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+def write_atomically(path: str | Path, data: bytes) -> Path:
+    """Temp file then rename: a reader sees the old file or the new one, never half."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out

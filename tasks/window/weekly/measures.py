@@ -1,0 +1,259 @@
+"""The measured rows of a week: recovery, work lost, checkpoint cost, overhead, cold start,
+goodput and busy fraction, the way out, and the sampled metrics (the package docstring says
+what each pools)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from tasks.experiments.stats import compare_paired, compare_speedup
+from tasks.window.weekly.model import WeekRows, ok_trials, runs_of, summarize
+from tasks.window.weekly.segments import week_start
+
+
+def recovery_rows(c: WeekRows) -> None:
+    success = c.plan.success
+    for measure, crit, unit in (
+        ("recovery_s", success.recovery_time_s, "s"),
+        ("work_lost_gpu_h", success.work_lost_gpu_h, "GPU-h"),
+    ):
+        for arm in ("managed", "unmanaged"):
+            rows = ok_trials(c.trials, "recovery", arm)
+            n, value, lo, hi = summarize(rows[measure], crit.statistic, c.n_resamples)
+            c.add(
+                measure,
+                arm,
+                n,
+                value,
+                unit,
+                f"{crit.statistic} of ok recovery trials (all faults) in segment {c.segment} "
+                f"to date; 95% CI percentile bootstrap, {c.n_resamples} resamples, seed 0",
+                ci=(lo, hi),
+                run_ids=runs_of(rows),
+            )
+
+
+def checkpoint_rows(c: WeekRows) -> None:
+    rows = ok_trials(c.trials, "checkpoint", "managed")
+    for measure, col in (("checkpoint_dump_s", "dump_s"), ("checkpoint_freeze_s", "freeze_s")):
+        n, value, lo, hi = summarize(rows[col], "median", c.n_resamples)
+        c.add(
+            measure,
+            "managed",
+            n,
+            value,
+            "s",
+            f"median {col} of ok CRIU dumps in segment {c.segment} to date; 95% CI "
+            f"percentile bootstrap",
+            ci=(lo, hi),
+            run_ids=runs_of(rows),
+        )
+
+
+def overhead_row(c: WeekRows) -> None:
+    rows = ok_trials(c.trials, "overhead")
+    rows = rows[rows["variant"] == "steady"].dropna(subset=["pair", "run_s"])
+    # Pair numbers restart in every overhead run: a pair is (run_id, pair).
+    wide = rows.pivot_table(
+        index=["run_id", "pair"], columns="arm", values="run_s", aggfunc="first", observed=True
+    )
+    wide = wide.dropna(subset=[a for a in ("managed", "unmanaged") if a in wide.columns])
+    threshold = c.plan.success.overhead_pct.threshold
+    if not ({"managed", "unmanaged"} <= set(wide.columns)) or wide.empty:
+        c.add("overhead_pct", "both", 0, None, "%", "no complete steady pair")
+        return
+    cmp = compare_paired(
+        wide["managed"].to_numpy(float),
+        wide["unmanaged"].to_numpy(float),
+        threshold_pct=threshold,
+        n_resamples=c.n_resamples,
+    )
+    # The overhead stage's verdict (by CI): met, not met, or undecided (CI straddles it).
+    c.add(
+        "overhead_pct",
+        "both",
+        cmp["n"],
+        cmp["overhead_pct"],
+        "%",
+        f"tasks.experiments.stats.compare_paired over steady pairs in segment {c.segment} to date: "
+        f"median (managed/unmanaged run_s − 1)·100, {cmp['ci_method']}; verdict by CI",
+        ci=(cmp["ci_low_pct"], cmp["ci_high_pct"]),
+        verdict=cmp["verdict"] if cmp["verdict"] in ("met", "undecided") else "not met",
+        note=f"{cmp['verdict']}: {cmp['verdict_reason']}",
+        run_ids=runs_of(rows),
+    )
+
+
+def cold_start_row(c: WeekRows) -> None:
+    rows = ok_trials(c.trials, "cold_start")
+    rows = rows[rows["ready_s"].notna() & (rows["ready_s"] > 0)]
+    native = rows[rows["arm"] == "unmanaged"]["ready_s"].to_numpy(float)
+    restore = rows[rows["arm"] == "managed"]["ready_s"].to_numpy(float)
+    crit = c.plan.success.cold_start_speedup
+    if not len(native) or not len(restore):
+        c.add("cold_start_speedup", "both", 0, None, "×", "no native and restored start")
+        return
+    s = compare_speedup(
+        native,
+        restore,
+        threshold=crit.threshold,
+        statistic=crit.statistic if crit.statistic in ("median", "mean") else "median",
+        n_resamples=c.n_resamples,
+    )
+    c.add(
+        "cold_start_speedup",
+        "both",
+        min(len(native), len(restore)),
+        s["speedup"],
+        "×",
+        f"tasks.experiments.stats.compare_speedup: {s['statistic']} native ready_s / "
+        f"{s['statistic']} "
+        f"restore ready_s (n {len(native)} / {len(restore)}), {s['ci_method']}; verdict by CI",
+        ci=(s["ci_low"], s["ci_high"]),
+        verdict=s["verdict"] if s["verdict"] in ("met", "undecided") else "not met",
+        note=f"{s['verdict']}: {s['verdict_reason']}",
+        run_ids=runs_of(rows),
+    )
+
+
+def _utilization_week(util: pd.DataFrame, week: str, arm: str) -> dict[str, Any] | None:
+    rows = util[(util["week"] == week) & (util["arm"] == arm)]
+    alloc = float(rows["allocated_gpu_h"].sum())
+    if rows.empty or alloc <= 0:
+        return None
+    busy = rows.dropna(subset=["busy_fraction"])
+    busy_alloc = float(busy["allocated_gpu_h"].sum())
+    return {
+        "rows": rows,
+        "jobs": int(rows["jobs"].sum()),
+        "samples": int(rows["samples"].sum()),
+        "allocated_gpu_h": alloc,
+        "goodput": float(rows["delivered_gpu_h"].sum()) / alloc,
+        "busy": (
+            float((busy["busy_fraction"] * busy["allocated_gpu_h"]).sum()) / busy_alloc
+            if busy_alloc > 0
+            else None
+        ),
+        "busy_metric": ",".join(sorted(busy["busy_metric"].dropna().astype(str).unique())),
+    }
+
+
+def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> None:
+    for arm in ("managed", "unmanaged"):
+        u = _utilization_week(util, c.week, arm)
+        runs = runs_of(u["rows"]) if u else []
+        c.add(
+            "goodput",
+            arm,
+            u["jobs"] if u else 0,
+            u["goodput"] if u else None,
+            "fraction",
+            "Σ delivered / Σ allocated GPU-h over the week's UTILIZATION rows (latest per "
+            "workload); n = attempts",
+            run_ids=runs,
+        )
+        c.add(
+            "utilization",
+            arm,
+            u["samples"] if u and u["busy"] is not None else 0,
+            u["busy"] if u else None,
+            # procfs busy is CPU cores (tasks.window.utilization), never a GPU fraction
+            "cores" if u and "cores" in (u["busy_metric"] or "") else "fraction",
+            "busy_fraction weighted by allocated GPU-h over the week's UTILIZATION rows"
+            + (f" (metric {u['busy_metric']})" if u and u["busy_metric"] else "")
+            + "; n = samples",
+            run_ids=runs,
+        )
+    crit = c.plan.success.utilization_gain
+    gains, runs = [], []
+    for w in seg_weeks:
+        m, un = _utilization_week(util, w, "managed"), _utilization_week(util, w, "unmanaged")
+        if m and un:
+            gains.append(m["goodput"] - un["goodput"])
+            runs += runs_of(m["rows"]) + runs_of(un["rows"])
+    n, value, lo, hi = summarize(pd.Series(gains, dtype=float), crit.statistic, c.n_resamples)
+    verdict, note = None, ""
+    if 0 < n < crit.min_weeks:
+        verdict = "not met"
+        note = f"{n} week(s) with both arms; the criterion needs {crit.min_weeks} (min_weeks)"
+    c.add(
+        "goodput_gain",
+        "both",
+        n,
+        value,
+        "fraction",
+        f"{crit.statistic} over the weeks of segment {c.segment} to date of managed − "
+        "unmanaged goodput; n = weeks with both arms",
+        ci=(lo, hi),
+        verdict=verdict,
+        note=note,
+        run_ids=runs,
+    )
+
+
+def exit_row(c: WeekRows, verdicts: pd.DataFrame) -> None:
+    """The way out as tried so far: each node's newest exit diff up to the end of the week
+    (DESIGN §1.8); met only when every node diffed clean."""
+    end = week_start(c.week) + pd.Timedelta(days=7)
+    done = verdicts[verdicts["diffed_at"] < end].sort_values("diffed_at")
+    latest = done.groupby("node", as_index=False).last() if len(done) else done
+    dirty = latest[latest["leftovers"] > 0] if len(latest) else latest
+    c.add(
+        "exit_leftovers",
+        "both",
+        len(latest),
+        float(latest["leftovers"].sum()) if len(latest) else None,
+        "items",
+        "the newest exit diff of each node to the end of the week (before_install → "
+        "after_uninstall snapshots); n = nodes diffed",
+        verdict=None if not len(latest) else ("not met" if len(dirty) else "met"),
+        note=", ".join(f"{r.node}: {r.leftovers} leftover(s)" for r in dirty.itertuples()),
+        run_ids=list(latest["run_id"]) if len(latest) else [],
+    )
+
+
+# The sample metrics the report shows per arm (a duty cycle, SM activity, CPU: never mixed).
+SAMPLED_METRICS = ("gpu_utilization", "sm_activity", "cpu_utilization")
+
+
+def sampled_rows(summary: pd.DataFrame, week: str, segment: int) -> list[dict[str, Any]]:
+    """One 'info' row per (sampled metric, arm) of the week from the samples summary
+    (tasks.window.sample_summary): the time-weighted mean, with p50/p95 in the method."""
+    rows = []
+    week_rows = summary[(summary["week"] == week) & summary["arm"].notna()]
+    for (metric, arm, device, unit), group in week_rows.groupby(
+        ["metric", "arm", "device", "unit"], dropna=True
+    ):
+        if metric not in SAMPLED_METRICS:
+            continue
+        covered = float(group["covered_s"].sum())
+        mean = float((group["mean"] * group["covered_s"]).sum() / covered) if covered > 0 else None
+        rows.append(
+            {
+                "week": week,
+                "week_start": week_start(week),
+                "measure": f"sampled_{metric}",
+                "arm": arm,
+                "n": int(group["n"].sum()),
+                "value": mean,
+                "ci_low": None,
+                "ci_high": None,
+                "unit": str(unit),
+                "method": (
+                    f"time-weighted mean of {device} samples over {covered:.0f} s "
+                    f"(p50 {float(group['p50'].median()):.3g}, p95 {float(group['p95'].max()):.3g})"
+                ),
+                "basis": "measured",
+                "inputs": None,
+                "threshold": None,
+                "verdict": "info" if mean is not None else "no data",
+                "note": f"{device} data" + ("" if device == "gpu" else ", not a GPU figure"),
+                "segment": segment,
+                "criterion": None,
+                "statistic": None,
+                "at_most": None,
+            }
+        )
+    return rows

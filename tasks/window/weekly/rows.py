@@ -1,0 +1,178 @@
+"""A week's REPORTS rows from the committed datasets: the inputs read, the segment found, the
+measured and extrapolated rows built in report order; and every week's rows for the plots."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.data.datasets import (
+    EXIT_VERDICTS,
+    EXPOSURE,
+    GATES,
+    SAMPLE_GAPS,
+    TRIALS,
+    UTILIZATION,
+    DatasetSpec,
+    normalise_dtypes,
+    read_dataset,
+)
+from tasks.data.plan import Plan
+from tasks.window.weekly.extrapolation import extrapolated_rows
+from tasks.window.weekly.measures import (
+    checkpoint_rows,
+    cold_start_row,
+    exit_row,
+    overhead_row,
+    recovery_rows,
+    utilization_rows,
+)
+from tasks.window.weekly.model import EXTRA_COLUMNS, N_RESAMPLES, ROW_COLUMNS, WeekRows
+from tasks.window.weekly.segments import segments, week_of, week_start
+
+# The frames weekly_report_rows reads, by dataset name; 'samples' is optional (fingerprints).
+INPUTS: dict[str, DatasetSpec] = {
+    "trials": TRIALS,
+    "exposure": EXPOSURE,
+    "gates": GATES,
+    "utilization": UTILIZATION,
+    "sample_gaps": SAMPLE_GAPS,
+    "exit_verdicts": EXIT_VERDICTS,
+}
+
+
+def read_frames(data_dir: str | Path, poc: str) -> dict[str, pd.DataFrame]:
+    return {name: read_dataset(spec, data_dir=data_dir, poc=poc) for name, spec in INPUTS.items()}
+
+
+def _frame(frames: Mapping[str, pd.DataFrame], name: str) -> pd.DataFrame:
+    spec = INPUTS[name]
+    df = frames.get(name)
+    if df is None:
+        df = pd.DataFrame({c: [] for c in spec.column_names})
+    return normalise_dtypes(df.copy(), spec)
+
+
+def _latest_utilization(util: pd.DataFrame) -> pd.DataFrame:
+    """The daily utilization flow recomputes the current week: keep the latest row per
+    (week, arm, workload)."""
+    if util.empty:
+        return util
+    util = util.sort_values("computed_at")
+    return util.drop_duplicates(["week", "arm", "workload"], keep="last")
+
+
+def _failed_gates(gates: pd.DataFrame) -> dict[str, list[dict[str, str]]]:
+    out: dict[str, list[dict[str, str]]] = {}
+    failed = gates[gates["success"] == False]  # noqa: E712 (nullable Arrow booleans)
+    for _, g in failed.iterrows():
+        out.setdefault(str(g["run_id"]), []).append(
+            {"gate": str(g["gate"]), "expectation": str(g["expectation"])}
+        )
+    return out
+
+
+def _gaps(sample_gaps: pd.DataFrame, week: str) -> list[dict[str, Any]]:
+    start = week_start(week)
+    end = start + pd.Timedelta(weeks=1)
+    g = sample_gaps[(sample_gaps["t_from"] < end) & (sample_gaps["t_to"] > start)]
+    g = g.drop_duplicates(["node", "source", "entity", "metric", "t_from"]).sort_values("t_from")
+    return [
+        {
+            "node": str(r["node"]),
+            "source": str(r["source"]),
+            "entity": None if pd.isna(r["entity"]) else str(r["entity"]),
+            "metric": None if pd.isna(r["metric"]) else str(r["metric"]),
+            "from": pd.Timestamp(r["t_from"]).isoformat(),
+            "to": pd.Timestamp(r["t_to"]).isoformat(),
+            "seconds": float(r["gap_s"]),
+            "reason": str(r["reason"]),
+            "detected_by": str(r["detected_by"]),
+        }
+        for _, r in g.iterrows()
+    ]
+
+
+def _sources(
+    frames: Mapping[str, pd.DataFrame], trials: pd.DataFrame, util: pd.DataFrame
+) -> dict[str, tuple[pd.DataFrame, pd.Series]]:
+    sources = {"trials": (trials, week_of(trials["started_at"]))}
+    sources["utilization"] = (util, util["week"].astype("string"))
+    samples = frames.get("samples")
+    if samples is not None and not samples.empty:
+        sources["samples"] = (samples, week_of(samples["t_to"]))
+    return sources
+
+
+def weekly_report_rows(
+    plan: Plan,
+    frames: Mapping[str, pd.DataFrame],
+    week: str,
+    *,
+    n_resamples: int = N_RESAMPLES,
+) -> tuple[pd.DataFrame, list[dict[str, Any]], list[dict[str, Any]]]:
+    """The REPORTS rows of ISO ``week`` (without stamp and computed_at), every change point up
+    to and including it, and the week's sample gaps. ``frames``: dataset name → frame as
+    read_dataset returns it (missing ones are empty)."""
+    week_start(week)  # refuse a malformed label early
+    trials = _frame(frames, "trials")
+    util = _latest_utilization(_frame(frames, "utilization"))
+    segs = segments(_sources(frames, trials, util), plan.checkpointer.kind, week)
+    seg_weeks = segs.weeks_to_date(week)
+    pooled = trials[week_of(trials["started_at"]).isin(seg_weeks).fillna(False).to_numpy()]
+    failed = _failed_gates(_frame(frames, "gates"))
+    c = WeekRows(plan, week, segs.of_week[week], pooled, failed, n_resamples)
+    recovery_rows(c)
+    checkpoint_rows(c)
+    overhead_row(c)
+    cold_start_row(c)
+    utilization_rows(c, util, seg_weeks)
+    measured_gain = next(
+        (r["value"] for r in c.rows if r["measure"] == "goodput_gain" and r["n"]), None
+    )
+    extrapolated_rows(c, _frame(frames, "exposure"), measured_gain)
+    exit_row(c, _frame(frames, "exit_verdicts"))
+    rows = pd.DataFrame(c.rows, columns=[*ROW_COLUMNS, *EXTRA_COLUMNS])
+    return rows, segs.change_points, _gaps(_frame(frames, "sample_gaps"), week)
+
+
+@dataclass
+class Series:
+    """What the plots need: every week's rows so far, and the week's pooled trials."""
+
+    weeks: pd.DataFrame
+    trials: pd.DataFrame
+    workloads: list[str]
+
+
+def weekly_series(
+    plan: Plan,
+    frames: Mapping[str, pd.DataFrame],
+    week: str,
+    rows: pd.DataFrame | None = None,
+    *,
+    n_resamples: int = 1_000,
+) -> Series:
+    """Every week's rows up to ``week`` for the plots. Past weeks' CIs use ``n_resamples``
+    (fewer than the report's: months of weeks would otherwise take minutes); ``rows``, when
+    given, stands for ``week`` itself so the plotted week equals its report rows."""
+    trials = _frame(frames, "trials")
+    util = _latest_utilization(_frame(frames, "utilization"))
+    segs = segments(_sources(frames, trials, util), plan.checkpointer.kind, week)
+    weeks = [
+        rows
+        if rows is not None and w == week
+        else weekly_report_rows(plan, frames, w, n_resamples=n_resamples)[0]
+        for w in segs.of_week
+    ]
+    seg_weeks = segs.weeks_to_date(week)
+    pooled = trials[week_of(trials["started_at"]).isin(seg_weeks).fillna(False).to_numpy()]
+    return Series(
+        pd.concat(weeks, ignore_index=True),
+        pooled,
+        sorted(util[util["week"] == week]["workload"].dropna().astype(str).unique()),
+    )
