@@ -42,7 +42,7 @@ REPO = benchlib.REPO
 sys.path.insert(0, str(REPO))
 
 from tasks.data.plan import Watch  # noqa: E402  (after the path is set)
-from tasks.exit.snapshots import NAMES_ONLY_DEPTH  # noqa: E402
+from tasks.exit.collectors.files import NAMES_ONLY_DEPTH  # noqa: E402
 
 TARGET_S = 30.0
 
@@ -163,8 +163,11 @@ def main() -> None:
                 json.dumps(cmds),
                 out,
             ]
+        code = benchlib.code_version(
+            "tasks/exit/snapshots.py", "tasks/exit/collectors", "bench/snapshot.py"
+        )
         print(
-            f"code {benchlib.code_version('tasks/exit/snapshots.py', 'bench/snapshot.py')}; "
+            f"code {code}; "
             f"watched paths {' '.join(watch.paths)}; names only: {' '.join(watch.names_only)}"
         )
         print("alternative, as run:")
