@@ -27,8 +27,9 @@ from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError, Periodi
 from tasks.engine.checkpointers.none import NoCheckpointer
 from tasks.engine.clock import EventRecorder, read_journal
 from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.paths import run_folder
 from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
-from tasks.engine.side_by_side import run_folder, run_side_by_side
+from tasks.engine.side_by_side import run_side_by_side
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.criu

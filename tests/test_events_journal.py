@@ -16,7 +16,7 @@ import time
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.clock import JOURNAL, JOURNAL_FLUSH_S, EventRecorder, read_journal
-from tasks.engine.side_by_side import run_folder
+from tasks.engine.paths import run_folder
 from tests.conftest import REPO
 
 RECORDER = """

@@ -27,7 +27,8 @@ from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import COMPLETE, Checkpoint, CriuCheckpointer
 from tasks.engine.clock import JOURNAL_FLUSH_S, EventRecorder, read_journal
 from tasks.engine.clusters.local import pid_alive
-from tasks.engine.side_by_side import run_folder, run_side_by_side
+from tasks.engine.paths import run_folder
+from tasks.engine.side_by_side import run_side_by_side
 from tests.conftest import REPO, demo_plan_dict
 
 pytestmark = pytest.mark.criu

@@ -27,7 +27,7 @@ from tasks.engine import faults
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
-from tasks.engine.faults import inject_local_fault
+from tasks.engine.faults import inject_fault
 from tasks.experiments.recovery import recovery_gate_checks, run_recovery
 from tests.conftest import REPO
 
@@ -137,7 +137,7 @@ def test_faults_refuse_what_the_run_does_not_own(tmp_path: Path) -> None:
     cluster = LocalCluster(list(plan.cluster.nodes), tmp_path / "run", REPO)
     stranger = WorkloadProcess("local-a", "managed", 1, tmp_path / "x.log")
     with pytest.raises(BlastRadiusError):
-        inject_local_fault(cluster, stranger, "sigkill", recorder, "t")
+        inject_fault(cluster, stranger, "sigkill", recorder, "t")
     with pytest.raises(BlastRadiusError):
-        inject_local_fault(cluster, stranger, "scancel", recorder, "t")
+        inject_fault(cluster, stranger, "scancel", recorder, "t")
     assert recorder.events(event="fault_injected") == []

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tasks.engine.paths import run_folder
+
 if TYPE_CHECKING:  # pandas and the datasets load only where events are written: a Slurm
     import pandas as pd  # job's wrapper records events without them, and starts faster
 
@@ -52,8 +54,6 @@ def now() -> tuple[dt.datetime, int]:
 
 
 def journal_path(ctx: RunContext) -> Path:
-    from tasks.engine.side_by_side import run_folder  # the one definition of where a run's files go
-
     return run_folder(ctx) / JOURNAL
 
 

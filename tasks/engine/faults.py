@@ -9,6 +9,12 @@ returns to service after the plan's `down_s`); SIGKILL of the job's batch step
 (`scancel --batch --signal=KILL`); the time limit reached (the limit is cut to the next
 whole minute of the job's run time; Slurm ends it TIMEOUT at its next limit check, up to
 about 30 s later, with a SIGTERM that the job's wrapper records as it lands).
+
+Each fault kind is one class below and one entry in `FAULTS`, keyed by the plan's
+``faults[].kind``: how it is delivered, and what a trial must know of it (a longer wait
+for the copy to end, a fault whose moment is the job's own record of the signal, what it
+does once the loss is seen). tests/test_backends.py checks `FAULTS` against the plan's
+FAULTS_BY_CLUSTER.
 """
 
 from __future__ import annotations
@@ -17,46 +23,144 @@ import math
 import os
 import signal
 import time
+from typing import Any, ClassVar, Generic, TypeVar
 
 from tasks.data.errors import BlastRadiusError
+from tasks.data.plan import Fault
 from tasks.engine.clock import Event, EventRecorder
+from tasks.engine.clusters.base import CLUSTER_KINDS, Cluster
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
 from tasks.engine.clusters.slurm import SlurmCluster, SlurmJob
 
 LOCAL_SIGNALS = {"sigkill": signal.SIGKILL, "sigkill-group": signal.SIGKILL}
-LOCAL_FAULTS = tuple(LOCAL_SIGNALS)
-SLURM_FAULTS = ("scancel", "node-down", "kill-step", "time-limit")
+TIME_LIMIT_CHECK_S = 60  # slurmctld's limit check runs about every 30 s; twice that
+
+C = TypeVar("C")  # the cluster the fault is delivered on
+T = TypeVar("T")  # what it hits there: a process, a job
 
 
-def inject_local_fault(
-    cluster: LocalCluster, proc: WorkloadProcess, kind: str, recorder: EventRecorder, trial_id: str
-) -> Event:
-    """SIGKILL the workload process, or its whole process group (its session's)."""
-    if kind not in LOCAL_FAULTS:
-        raise BlastRadiusError(f"fault {kind!r} is not a local fault ({', '.join(LOCAL_FAULTS)})")
-    if proc.pid not in cluster.tracked or proc.slot not in cluster.nodes:
-        raise BlastRadiusError(f"pid {proc.pid} on {proc.slot!r} is not this run's workload copy")
-    pgid = os.getpgid(proc.pid)
-    if kind == "sigkill-group" and pgid != proc.pid:
-        # The copy runs as a session and group leader (setsid): its group is its own.
-        raise BlastRadiusError(f"pid {proc.pid} does not lead its process group {pgid}")
-    event = recorder.record(trial_id, proc.arm, "fault_injected", fault=kind, pid=proc.pid)
-    if kind == "sigkill":
-        os.kill(proc.pid, LOCAL_SIGNALS[kind])
-    else:
-        os.killpg(pgid, LOCAL_SIGNALS[kind])
-    return event
+class FaultKind(Generic[C, T]):
+    """One kind of fault on one kind of cluster."""
+
+    kind: ClassVar[str]  # the plan's faults[].kind
+    cluster: ClassVar[str]  # the plan's cluster.kind it applies to
+    detect_grace_s: ClassVar[float] = 0.0  # longer than the trial's fault timeout to end it
+    # Its moment is when the job's wrapper recorded the scheduler's signal (`signalled`),
+    # not when the harness acted: `inject` returns a marker, the trial aliases the landing.
+    lands_when_signalled: ClassVar[bool] = False
+    never_back: ClassVar[str] = ""  # said when the recovery job never starts after it
+
+    def inject(self, cluster: C, target: T, recorder: EventRecorder, trial_id: str) -> Event:
+        raise NotImplementedError
+
+    def settle(
+        self, cluster: C, target: T, fault: Fault, recorder: EventRecorder, trial_id: str
+    ) -> None:
+        """What the fault does once the loss is seen, before recovery starts (nothing)."""
 
 
-def inject_slurm_fault(
-    cluster: SlurmCluster, job: SlurmJob, kind: str, recorder: EventRecorder, trial_id: str
-) -> Event:
-    """Deliver one Slurm fault to one of this run's jobs (or to its plan node)."""
-    if kind not in SLURM_FAULTS:
-        raise BlastRadiusError(f"fault {kind!r} is not a Slurm fault ({', '.join(SLURM_FAULTS)})")
-    cluster.check_job(job)
-    detail = {"fault": kind, "job_id": job.job_id, "node": job.node}
-    if kind == "time-limit":
+# --- local ---------------------------------------------------------------------------------------
+
+
+class _LocalSignal(FaultKind[LocalCluster, WorkloadProcess]):
+    cluster = "local"
+    group: ClassVar[bool]
+
+    def inject(
+        self, cluster: LocalCluster, proc: WorkloadProcess, recorder: EventRecorder, trial_id: str
+    ) -> Event:
+        """SIGKILL the workload process, or its whole process group (its session's)."""
+        if proc.pid not in cluster.tracked or proc.slot not in cluster.nodes:
+            raise BlastRadiusError(
+                f"pid {proc.pid} on {proc.slot!r} is not this run's workload copy"
+            )
+        pgid = os.getpgid(proc.pid)
+        if self.group and pgid != proc.pid:
+            # The copy runs as a session and group leader (setsid): its group is its own.
+            raise BlastRadiusError(f"pid {proc.pid} does not lead its process group {pgid}")
+        event = recorder.record(trial_id, proc.arm, "fault_injected", fault=self.kind, pid=proc.pid)
+        if self.group:
+            os.killpg(pgid, LOCAL_SIGNALS[self.kind])
+        else:
+            os.kill(proc.pid, LOCAL_SIGNALS[self.kind])
+        return event
+
+
+class Sigkill(_LocalSignal):
+    kind, group = "sigkill", False
+
+
+class SigkillGroup(_LocalSignal):
+    kind, group = "sigkill-group", True
+
+
+# --- Slurm ---------------------------------------------------------------------------------------
+
+
+class _SlurmFault(FaultKind[SlurmCluster, SlurmJob]):
+    cluster = "slurm"
+
+    def inject(
+        self, cluster: SlurmCluster, job: SlurmJob, recorder: EventRecorder, trial_id: str
+    ) -> Event:
+        """Deliver the fault to one of this run's jobs (or to its plan node)."""
+        cluster.check_job(job)
+        detail = {"fault": self.kind, "job_id": job.job_id, "node": job.node}
+        event = recorder.record(trial_id, job.arm, "fault_injected", **detail)
+        self.deliver(cluster, job, trial_id)
+        return event
+
+    def deliver(self, cluster: SlurmCluster, job: SlurmJob, trial_id: str) -> None:
+        raise NotImplementedError
+
+
+class Scancel(_SlurmFault):
+    kind = "scancel"
+
+    def deliver(self, cluster: SlurmCluster, job: SlurmJob, trial_id: str) -> None:
+        cluster.cancel(job)
+
+
+class KillStep(_SlurmFault):
+    kind = "kill-step"
+
+    def deliver(self, cluster: SlurmCluster, job: SlurmJob, trial_id: str) -> None:
+        cluster.cancel(job, signal="KILL", batch=True)
+
+
+class NodeDown(_SlurmFault):
+    kind = "node-down"
+    never_back = " — the node never came back"
+
+    def deliver(self, cluster: SlurmCluster, job: SlurmJob, trial_id: str) -> None:
+        cluster.node_down(job.node, reason=f"ckpt-poc fault {trial_id}")
+
+    def settle(
+        self,
+        cluster: SlurmCluster,
+        job: SlurmJob,
+        fault: Fault,
+        recorder: EventRecorder,
+        trial_id: str,
+    ) -> None:
+        """The node stays away the plan's ``down_s`` (a reboot, a repair), then returns to
+        service; with no ``down_s`` it never comes back within the trial."""
+        if fault.down_s is not None:
+            time.sleep(fault.down_s)
+            cluster.node_resume(job.node)
+            recorder.record(trial_id, job.arm, "node_returned", node=job.node, down_s=fault.down_s)
+
+
+class TimeLimit(_SlurmFault):
+    kind = "time-limit"
+    detect_grace_s = TIME_LIMIT_CHECK_S  # Slurm checks time limits about every 30 s
+    lands_when_signalled = True
+
+    def inject(
+        self, cluster: SlurmCluster, job: SlurmJob, recorder: EventRecorder, trial_id: str
+    ) -> Event:
+        cluster.check_job(job)
+        detail = {"fault": self.kind, "job_id": job.job_id, "node": job.node}
         started = cluster.start_time_epoch(job)
         minutes = max(1, math.ceil((time.time() - started + 2) / 60))
         cluster.set_time_limit(job, minutes)
@@ -65,11 +169,33 @@ def inject_slurm_fault(
         # as `fault_injected`; this event marks the lapse, and is the fallback.
         time.sleep(max(0.0, started + minutes * 60 - time.time()))
         return recorder.record(trial_id, job.arm, "time_limit_lapsed", **detail, limit_min=minutes)
-    event = recorder.record(trial_id, job.arm, "fault_injected", **detail)
-    if kind == "scancel":
-        cluster.cancel(job)
-    elif kind == "kill-step":
-        cluster.cancel(job, signal="KILL", batch=True)
-    else:
-        cluster.node_down(job.node, reason=f"ckpt-poc fault {trial_id}")
-    return event
+
+
+# --- the registry --------------------------------------------------------------------------------
+
+FAULTS: dict[str, FaultKind[Any, Any]] = {
+    f.kind: f for f in (Sigkill(), SigkillGroup(), Scancel(), NodeDown(), KillStep(), TimeLimit())
+}
+
+
+def faults_on(cluster_kind: str) -> tuple[str, ...]:
+    """The fault kinds built for a cluster kind, in the registry's order."""
+    return tuple(k for k, f in FAULTS.items() if f.cluster == cluster_kind)
+
+
+def fault_kind(kind: str, cluster_kind: str) -> FaultKind[Any, Any]:
+    """The fault ``kind`` on a ``cluster_kind`` cluster; any other is refused."""
+    found = FAULTS.get(kind)
+    if found is None or found.cluster != cluster_kind:
+        label = CLUSTER_KINDS[cluster_kind].label
+        raise BlastRadiusError(
+            f"fault {kind!r} is not a {label} fault ({', '.join(faults_on(cluster_kind))})"
+        )
+    return found
+
+
+def inject_fault(
+    cluster: Cluster, target: Any, kind: str, recorder: EventRecorder, trial_id: str
+) -> Event:
+    """Deliver one fault of ``kind`` to ``target`` (a process, a job) of this run's cluster."""
+    return fault_kind(kind, cluster.kind).inject(cluster, target, recorder, trial_id)

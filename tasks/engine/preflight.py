@@ -20,8 +20,8 @@ from tasks.data.runctx import RunContext
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import LocalCluster, ProcessError
 from tasks.engine.interpreter import resolve_workload_argv
+from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.probes import LogProgressProbe, wait_ready
-from tasks.engine.side_by_side import copy_argv, run_folder
 
 PREFLIGHT_TIMEOUT_S = 60  # longer than any sane import-and-first-step; an exit ends it sooner
 TRIAL = "preflight"

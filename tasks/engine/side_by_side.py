@@ -26,22 +26,15 @@ from typing import Any
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-from tasks.engine.checkpointers.criu import CriuCheckpointer, PeriodicCheckpoints, clean_dead_roots
+from tasks.engine.checkpointers.base import Checkpointer, ensure_runs_on, managed_checkpointer
+from tasks.engine.checkpointers.criu import PeriodicCheckpoints, clean_dead_roots
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.probes import LogProgressProbe, wait_ready
 
 ARMS = ("unmanaged", "managed")
-COPY_DIR = "{copy_dir}"
-
-
-def copy_argv(argv: list[str], copy_dir: Path) -> list[str]:
-    """The plan's argv for one copy: ``{copy_dir}`` becomes that copy's own folder."""
-    return [a.replace(COPY_DIR, str(copy_dir)) for a in argv]
-
-
-def run_folder(ctx: RunContext) -> Path:
-    return ctx.data_dir / ctx.poc / "runs" / ctx.run_id
+LOCAL_ONLY = ("local",)  # the copies are LocalCluster processes, side by side on its slots
 
 
 class SurfacingProbe(LogProgressProbe):
@@ -144,11 +137,7 @@ class SideBySideResult:
 
 
 def ensure_engine_supports(plan: Plan) -> None:
-    if plan.cluster.kind != "local" or plan.checkpointer.kind != "criu":
-        raise CkptPocError(
-            f"the side-by-side engine runs cluster.kind 'local' with checkpointer 'criu' here; "
-            f"this plan has {plan.cluster.kind!r} with {plan.checkpointer.kind!r}"
-        )
+    ensure_runs_on(plan, "the side-by-side engine runs", LOCAL_ONLY)
     if plan.workload.command is None:
         raise CkptPocError("workload.script is for Slurm and Kubernetes: give workload.command")
 
@@ -171,7 +160,7 @@ def run_side_by_side(
     slots = {"unmanaged": plan.cluster.nodes[-1], "managed": plan.cluster.nodes[0]}
     procs: dict[str, WorkloadProcess] = {}
     workers = WorkerThreads()
-    criu: CriuCheckpointer | None = None
+    criu: Checkpointer | None = None
     try:
         for arm in ARMS:
             copy_dir = run_dir / f"{arm}-copy"
@@ -185,7 +174,7 @@ def run_side_by_side(
                         procs[arm].log, plan.workload.progress_probe.log_regex, recorder, trial, arm
                     ).start()
                 )
-        criu = CriuCheckpointer(run_dir / "criu", plan.checkpointer.keep, recorder, trial)
+        criu = managed_checkpointer(plan, run_dir / "criu", recorder, trial)
         workers.periodic = PeriodicCheckpoints(
             criu, procs["managed"], plan.checkpointer.interval_s
         ).start()

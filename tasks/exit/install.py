@@ -51,7 +51,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.plan import Plan
@@ -109,9 +109,9 @@ def target_nodes(plan: Plan, nodes: Sequence[str] | None) -> list[str]:
         raise BlastRadiusError(
             f"node(s) {outside} are not the plan's nodes {list(plan.cluster.nodes)}: refused"
         )
-    if plan.cluster.kind not in ("local", "slurm"):
+    if plan.cluster.kind not in NODE_KINDS:
         raise InstallError(f"install of criu on a {plan.cluster.kind} cluster is not built")
-    if plan.checkpointer.kind != "criu":
+    if plan.checkpointer.kind != "criu":  # this module is the criu checkpointer's install
         raise InstallError(f"this install is the criu checkpointer's, not {plan.checkpointer.kind}")
     return chosen
 
@@ -142,10 +142,7 @@ def plugstack_dropin_dir() -> Path:
 
 def layout(plan: Plan, node: str, dropin_dir: Path | None = None) -> NodeLayout:
     target_nodes(plan, [node])
-    if plan.cluster.kind == "local":
-        return NodeLayout(node, Path(plan.data_dir).resolve() / plan.poc / "_install" / node, None)
-    hook_dir = dropin_dir if dropin_dir is not None else plugstack_dropin_dir()
-    return NodeLayout(node, prefix_root() / plan.poc, hook_dir / f"ckpt-poc-{plan.poc}.conf")
+    return NODE_KINDS[plan.cluster.kind].layout(plan, node, dropin_dir)
 
 
 # --- running a step on a node ------------------------------------------------------------------
@@ -171,21 +168,74 @@ def on_node(
     """Run ``argv`` on ``node``: here for a local plan; on Slurm as a job step pinned to the
     node (srun, the way the PoC reaches a node without SSH). ``env`` adds variables."""
     target_nodes(plan, [node])
-    if plan.cluster.kind == "local":
+    return NODE_KINDS[plan.cluster.kind].run(plan, node, argv, env)
+
+
+# --- the nodes of each cluster kind -------------------------------------------------------------
+
+
+class LocalNodes:
+    """A local plan's nodes are slots on this machine: steps run here, the prefix is under
+    the PoC's data folder, and there is no hook (the managed arm is the opt-in)."""
+
+    spank_hook: ClassVar[bool] = False
+
+    def dropin_dir(self) -> Path | None:
+        return None
+
+    def layout(self, plan: Plan, node: str, dropin_dir: Path | None) -> NodeLayout:
+        return NodeLayout(node, Path(plan.data_dir).resolve() / plan.poc / "_install" / node, None)
+
+    def run(
+        self, plan: Plan, node: str, argv: list[str], env: dict[str, str] | None
+    ) -> subprocess.CompletedProcess:
         return _run_here(argv, {**os.environ, **(env or {})})
-    export = ",".join(["ALL", *(f"{k}={v}" for k, v in (env or {}).items())])
-    srun = [
-        "srun",
-        f"--nodelist={node}",
-        f"--partition={plan.cluster.queue}",
-        "--nodes=1",
-        "--ntasks=1",
-        "--quiet",
-        f"--job-name=ckpt-poc-{plan.poc}-install",
-        f"--export={export}",
-        "--",
-    ]
-    return _run_here([*srun, *argv])
+
+    def opt_in_how(self, plan: Plan) -> dict[str, Any]:
+        return {"managed_arm": True, "env": {OPT_IN_ENV: plan.poc}}
+
+
+class SlurmNodes:
+    """A Slurm plan's nodes: steps are job steps pinned to the node (srun), the prefix is
+    under /opt/ckpt-poc, and the hook is a plugstack drop-in loading the SPANK plugin."""
+
+    spank_hook: ClassVar[bool] = True
+
+    def dropin_dir(self) -> Path | None:
+        return plugstack_dropin_dir()
+
+    def layout(self, plan: Plan, node: str, dropin_dir: Path | None) -> NodeLayout:
+        hook_dir = dropin_dir if dropin_dir is not None else plugstack_dropin_dir()
+        return NodeLayout(node, prefix_root() / plan.poc, hook_dir / f"ckpt-poc-{plan.poc}.conf")
+
+    def run(
+        self, plan: Plan, node: str, argv: list[str], env: dict[str, str] | None
+    ) -> subprocess.CompletedProcess:
+        export = ",".join(["ALL", *(f"{k}={v}" for k, v in (env or {}).items())])
+        srun = [
+            "srun",
+            f"--nodelist={node}",
+            f"--partition={plan.cluster.queue}",
+            "--nodes=1",
+            "--ntasks=1",
+            "--quiet",
+            f"--job-name=ckpt-poc-{plan.poc}-install",
+            f"--export={export}",
+            "--",
+        ]
+        return _run_here([*srun, *argv])
+
+    def opt_in_how(self, plan: Plan) -> dict[str, Any]:
+        return {
+            "sbatch_args": [OPT_IN_FLAG],
+            "or_sbatch_args": [f"--export=ALL,{OPT_IN_ENV}={plan.poc}"],
+            "env": {OPT_IN_ENV: plan.poc},
+            "wrapper": str(prefix_root() / plan.poc / "bin" / WRAPPER),
+        }
+
+
+# Keyed by the plan's cluster.kind: where this install reaches a node (Kubernetes: not built).
+NODE_KINDS: dict[str, LocalNodes | SlurmNodes] = {"local": LocalNodes(), "slurm": SlurmNodes()}
 
 
 def _step(
@@ -261,9 +311,10 @@ def install(
     left as it is."""
     chosen = target_nodes(plan, nodes)
     rec = recorder or recorder_for(ctx)
-    dropin_dir = plugstack_dropin_dir() if plan.cluster.kind == "slurm" else None
+    nodes_kind = NODE_KINDS[plan.cluster.kind]
+    dropin_dir = nodes_kind.dropin_dir()
     criu = criu_binary()
-    spank = spank_plugin() if plan.cluster.kind == "slurm" else None
+    spank = spank_plugin() if nodes_kind.spank_hook else None
     staging_root = ctx.data_dir / ctx.poc / "runs" / ctx.run_id / "install"
     result: dict[str, Any] = {}
     for node in chosen:
@@ -390,20 +441,13 @@ def opt_in(
         raise BlastRadiusError(
             f"workload {name!r} is not the plan's workload {plan.workload.name!r}: refused"
         )
-    dropin_dir = plugstack_dropin_dir() if plan.cluster.kind == "slurm" else None
+    nodes_kind = NODE_KINDS[plan.cluster.kind]
+    dropin_dir = nodes_kind.dropin_dir()
     for node in chosen:
         lay = layout(plan, node, dropin_dir)
         if lay.manifest not in _existing(plan, node, [lay.manifest]):
             raise InstallError(f"{node}: not installed ({lay.manifest} missing): install first")
-    if plan.cluster.kind == "slurm":
-        how = {
-            "sbatch_args": [OPT_IN_FLAG],
-            "or_sbatch_args": [f"--export=ALL,{OPT_IN_ENV}={plan.poc}"],
-            "env": {OPT_IN_ENV: plan.poc},
-            "wrapper": str(prefix_root() / plan.poc / "bin" / WRAPPER),
-        }
-    else:
-        how = {"managed_arm": True, "env": {OPT_IN_ENV: plan.poc}}
+    how = nodes_kind.opt_in_how(plan)
     record = {"poc": plan.poc, "workload": name, "nodes": chosen, "who": who(), **how}
     rec = recorder or recorder_for(ctx)
     event = rec.record(TRIAL, "managed", "opted_in", **record)
@@ -432,7 +476,7 @@ def uninstall(
     manifest; every node is attempted, then InstallError names each that failed."""
     chosen = target_nodes(plan, nodes)
     rec = recorder or recorder_for(ctx)
-    dropin_dir = plugstack_dropin_dir() if plan.cluster.kind == "slurm" else None
+    dropin_dir = NODE_KINDS[plan.cluster.kind].dropin_dir()
     argv = uninstall_argv(plan)
     result: dict[str, Any] = {}
     failures = []

@@ -30,12 +30,13 @@ from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError, clean_dead_roots
+from tasks.engine.checkpointers.base import managed_checkpointer
+from tasks.engine.checkpointers.criu import CriuError, clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail, preflight_local
 from tasks.engine.probes import LogProgressProbe, wait_ready
-from tasks.engine.side_by_side import copy_argv, run_folder
 from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.overhead import ensure_overhead_supports
 from tasks.experiments.stats import compare_speedup, fit_throughput
@@ -146,7 +147,9 @@ def cold_start_pair(
         native.update(status="ok", ready_s=span_s(launch, ready))
 
         restore = _row(plan, trial, "managed", repeat, slot)
-        criu = CriuCheckpointer(copy_dir / "criu", 1, rec, trial, "managed", timeout_s=timeout_s)
+        criu = managed_checkpointer(
+            plan, copy_dir / "criu", rec, trial, keep=1, timeout_s=timeout_s
+        )
         point = criu.dump(proc)  # the fully initialised copy
         cluster.kill(proc)
         if not cluster.wait_gone(proc, timeout=10):

@@ -29,17 +29,13 @@ from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-from tasks.engine.checkpointers.criu import (
-    CriuCheckpointer,
-    CriuError,
-    PeriodicCheckpoints,
-    clean_dead_roots,
-)
+from tasks.engine.checkpointers.base import ensure_runs_on, managed_checkpointer
+from tasks.engine.checkpointers.criu import CriuError, PeriodicCheckpoints, clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail, preflight_local
 from tasks.engine.probes import LogProgressProbe
-from tasks.engine.side_by_side import copy_argv, run_folder
 from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.stats import compare_paired
 from tasks.experiments.trials import (
@@ -54,6 +50,7 @@ from tasks.experiments.trials import (
 GATE = "overhead"
 VARIANTS = ("steady", "checkpointing")
 CLOCK = "first progress→last progress"
+LOCAL_ONLY = ("local",)  # the runs are LocalCluster processes, timed on its first slot
 
 
 class RunFailed(CkptPocError):
@@ -74,11 +71,7 @@ def pair_order(pair: int) -> tuple[str, str]:
 
 
 def ensure_overhead_supports(plan: Plan) -> None:
-    if plan.cluster.kind != "local" or plan.checkpointer.kind != "criu":
-        raise CkptPocError(
-            f"overhead and cold start run on cluster.kind 'local' with checkpointer 'criu' "
-            f"here; this plan has {plan.cluster.kind!r} with {plan.checkpointer.kind!r}"
-        )
+    ensure_runs_on(plan, "overhead and cold start run on", LOCAL_ONLY)
     require_command_and_progress(plan, "overhead and cold start")
 
 
@@ -121,9 +114,7 @@ def timed_run(
         probe = LogProgressProbe(proc.log, plan.workload.progress_probe.log_regex, rec, trial, arm)
         probe.start()
         if arm == "managed" and variant == "checkpointing":
-            criu = CriuCheckpointer(
-                copy_dir / "criu", plan.checkpointer.keep, rec, trial, timeout_s=timeout_s
-            )
+            criu = managed_checkpointer(plan, copy_dir / "criu", rec, trial, timeout_s=timeout_s)
             periodic = PeriodicCheckpoints(criu, proc, plan.checkpointer.interval_s).start()
         deadline = time.monotonic() + timeout_s
         while proc.alive() and time.monotonic() < deadline:

@@ -19,7 +19,6 @@ node-down fault and the old allocation's release are in it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,27 +28,22 @@ import pandas as pd
 
 from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
-from tasks.data.plan import Fault, Plan
+from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-from tasks.engine.checkpointers.criu import (
-    clean_dead_roots,
-)
+from tasks.engine.checkpointers.base import ensure_runs_on
+from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.local import LocalCluster
-from tasks.engine.clusters.slurm import SlurmCluster
-from tasks.engine.preflight import (
-    PREFLIGHT_TIMEOUT_S,
-    PreflightResult,
-    preflight_local,
-)
-from tasks.engine.side_by_side import run_folder
+from tasks.engine.clusters.base import Cluster, cluster_for
+from tasks.engine.paths import run_folder
+from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, PreflightResult
 from tasks.experiments import trials as experiments
 from tasks.experiments.checkpoints import checkpoint_rows
-from tasks.experiments.recovery_local import run_local_trial
-from tasks.experiments.recovery_slurm import preflight_slurm, run_slurm_trial
+from tasks.experiments.recovery_local import LOCAL_TRIALS
+from tasks.experiments.recovery_slurm import SLURM_TRIALS
 from tasks.experiments.recovery_trial import (
     ARMS_IN_ORDER,
     FAULT_DELIVERED,
+    TrialRunner,
     TrialSetup,
 )
 from tasks.experiments.trials import (
@@ -69,29 +63,16 @@ class RecoveryStopped(CkptPocError):
 
 # --- both ---------------------------------------------------------------------------------------
 
-TRIAL_RUNNERS: dict[str, Callable[[TrialSetup, Fault, str, int], dict[str, Any]]] = {
-    "local": run_local_trial,
-    "slurm": run_slurm_trial,
-}
+TRIAL_RUNNERS: dict[str, TrialRunner] = {"local": LOCAL_TRIALS, "slurm": SLURM_TRIALS}
 
 
 def ensure_recovery_supports(plan: Plan) -> None:
-    if plan.cluster.kind not in TRIAL_RUNNERS or plan.checkpointer.kind != "criu":
-        raise CkptPocError(
-            f"recovery runs on cluster.kind 'local' or 'slurm' with checkpointer 'criu' here; "
-            f"this plan has {plan.cluster.kind!r} with {plan.checkpointer.kind!r}"
-        )
+    ensure_runs_on(plan, "recovery runs on", TRIAL_RUNNERS)
     require_command_and_progress(plan, "recovery")
 
 
-def make_cluster(plan: Plan, ctx: RunContext) -> LocalCluster | SlurmCluster:
-    if plan.cluster.kind == "slurm":
-        return SlurmCluster(
-            list(plan.cluster.nodes), plan.cluster.queue, run_folder(ctx), Path.cwd()
-        )
-    return LocalCluster(
-        list(plan.cluster.nodes), run_folder(ctx), Path.cwd(), workload=plan.workload.name
-    )
+def make_cluster(plan: Plan, ctx: RunContext) -> Cluster:
+    return cluster_for(plan, run_folder(ctx), Path.cwd())
 
 
 @dataclass
@@ -124,10 +105,7 @@ def stop_reason(rows: list[dict[str, Any]], fault: str) -> str | None:
 
 def preflight(setup: TrialSetup, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> PreflightResult:
     """Start the workload once on the plan's first node and see it work (tasks/engine/preflight)."""
-    cluster = setup.cluster
-    if isinstance(cluster, LocalCluster):
-        return preflight_local(setup.plan, setup.ctx, cluster, timeout_s)
-    return preflight_slurm(setup, timeout_s)
+    return TRIAL_RUNNERS[setup.plan.cluster.kind].preflight(setup, timeout_s)
 
 
 def run_recovery(
@@ -137,7 +115,7 @@ def run_recovery(
     fault_step: int | None = None,
     timeout_s: float = 120,
     fault_timeout_s: float = 10,
-    cluster: LocalCluster | SlurmCluster | None = None,
+    cluster: Cluster | None = None,
 ) -> RecoveryRun:
     """Every (fault, repeat, arm) trial of the plan, unmanaged first; one row each."""
     ensure_recovery_supports(plan)
@@ -160,7 +138,7 @@ def run_recovery(
         for fault in plan.faults:
             for repeat in range(plan.repeats):
                 for arm in ARMS_IN_ORDER:
-                    rows.append(runner(setup, fault, arm, repeat))
+                    rows.append(runner.run_trial(setup, fault, arm, repeat))
                 stopped = stop_reason(rows, fault.kind)
                 if stopped:
                     break
@@ -168,8 +146,7 @@ def run_recovery(
                 break
     finally:
         setup.cluster.stop_all()
-        if isinstance(setup.cluster, LocalCluster):
-            setup.cluster.close()  # its reaper: nothing left to end
+        setup.cluster.close()  # a local cluster's reaper: nothing left to end
         setup.recorder.flush()
     return RecoveryRun(
         as_trials([pd.DataFrame(rows)], ctx),

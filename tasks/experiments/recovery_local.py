@@ -8,19 +8,18 @@ from typing import Any
 
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Fault
-from tasks.engine.checkpointers.criu import (
-    CriuCheckpointer,
-    CriuError,
-    PeriodicCheckpoints,
-)
+from tasks.engine.checkpointers.base import managed_checkpointer
+from tasks.engine.checkpointers.criu import CriuError, PeriodicCheckpoints
 from tasks.engine.checkpointers.none import NoCheckpointer
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
-from tasks.engine.faults import inject_local_fault
+from tasks.engine.faults import inject_fault
+from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.preflight import PreflightResult, preflight_local
 from tasks.engine.probes import LogProgressProbe, last_step_before
-from tasks.engine.side_by_side import copy_argv, run_folder
 from tasks.experiments.recovery_trial import (
     Moments,
     TrialFailed,
+    TrialRunner,
     TrialSetup,
     app_checkpoint,
     app_resume_step,
@@ -33,7 +32,7 @@ from tasks.experiments.recovery_trial import (
     wait_for_step,
 )
 
-# --- the local engine --------------------------------------------------------------------------
+INCLUDES = "detection+scheduling+restore+warmup (local: scheduling is holding the slot again)"
 
 
 def _wait_gone(proc: WorkloadProcess, cluster: LocalCluster, timeout: float) -> int | None:
@@ -53,7 +52,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
     plan, rec, cluster = setup.plan, setup.recorder, setup.cluster
     assert isinstance(cluster, LocalCluster)
     slot = plan.cluster.nodes[0]  # both arms on the same node
-    row = base_row(setup, fault.kind, arm, repeat, slot)
+    row = base_row(setup, fault.kind, arm, repeat, slot, INCLUDES)
     trial = row["trial_id"]
     regex = plan.workload.progress_probe.log_regex
     copy_dir = run_folder(setup.ctx) / f"{trial}-{arm}"
@@ -67,14 +66,14 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         probe = LogProgressProbe(proc.log, regex, rec, trial, arm).start()
         criu = None
         if arm == "managed":
-            criu = CriuCheckpointer(
-                copy_dir / "criu", plan.checkpointer.keep, rec, trial, timeout_s=setup.timeout_s
+            criu = managed_checkpointer(
+                plan, copy_dir / "criu", rec, trial, timeout_s=setup.timeout_s
             )
             periodic = PeriodicCheckpoints(criu, proc, plan.checkpointer.interval_s).start()
         wait_for_step(probe, proc.alive, setup.fault_step, setup.timeout_s)
         if periodic:
             periodic.stop()  # no dump in flight when the fault lands
-        fault_ev = inject_local_fault(cluster, proc, fault.kind, rec, trial)
+        fault_ev = inject_fault(cluster, proc, fault.kind, rec, trial)
         gone_ns = _wait_gone(proc, cluster, timeout=setup.fault_timeout_s)
         if gone_ns is None:
             raise TrialFailed(
@@ -124,3 +123,12 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             probe.stop()
         cluster.stop_all()
     return row
+
+
+def preflight_local_trial(setup: TrialSetup, timeout_s: float) -> PreflightResult:
+    """The preflight as a process on the plan's first node (tasks/engine/preflight)."""
+    assert isinstance(setup.cluster, LocalCluster)
+    return preflight_local(setup.plan, setup.ctx, setup.cluster, timeout_s)
+
+
+LOCAL_TRIALS = TrialRunner(run_local_trial, preflight_local_trial, INCLUDES)

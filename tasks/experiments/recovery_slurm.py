@@ -16,14 +16,14 @@ from tasks.engine.checkpointers.criu import (
 )
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmError
-from tasks.engine.faults import inject_slurm_fault
+from tasks.engine.faults import fault_kind, inject_fault
+from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import PreflightResult, await_first_sign
 from tasks.engine.probes import LogProgressProbe, last_step_before
-from tasks.engine.side_by_side import copy_argv, run_folder
 from tasks.experiments.recovery_trial import (
-    TIME_LIMIT_CHECK_S,
     Moments,
     TrialFailed,
+    TrialRunner,
     TrialSetup,
     app_checkpoint,
     app_resume_step,
@@ -35,7 +35,10 @@ from tasks.experiments.recovery_trial import (
     serve_and_measure,
 )
 
-# --- Slurm -------------------------------------------------------------------------------------
+INCLUDES = (
+    "detection+scheduling+restore+warmup (slurm: detection by squeue poll; scheduling is "
+    "the old allocation's release, the recovery job's queueing and the node's return)"
+)
 
 
 def _job_spec(
@@ -82,13 +85,14 @@ def _wait_job_event(
 SIGNAL_RECORD_WAIT_S = 10
 
 
-def _time_limit_delivery(rec: EventRecorder, events: Path, lapsed: Event) -> Event:
-    """`fault_injected` for a time limit: when Slurm's SIGTERM reached the job (its wrapper
-    recorded it), else the lapse itself (a job killed without SIGTERM)."""
+def _signal_delivery(rec: EventRecorder, events: Path, lapsed: Event, fault: str) -> Event:
+    """`fault_injected` for a fault Slurm delivers itself (a time limit): when Slurm's
+    SIGTERM reached the job (its wrapper recorded it), else the harness's marker (the lapse;
+    a job killed without SIGTERM)."""
     landed = _wait_job_event(
         rec, events, lapsed.trial_id, lapsed.arm, ("signalled",), lapsed, SIGNAL_RECORD_WAIT_S
     )
-    return rec.alias(landed or lapsed, "fault_injected", fault="time-limit")
+    return rec.alias(landed or lapsed, "fault_injected", fault=fault)
 
 
 def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
@@ -97,7 +101,7 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
     plan, rec, cluster = setup.plan, setup.recorder, setup.cluster
     assert isinstance(cluster, SlurmCluster)
     node = plan.cluster.nodes[0]
-    row = base_row(setup, fault.kind, arm, repeat, node)
+    row = base_row(setup, fault.kind, arm, repeat, node, INCLUDES)
     trial = row["trial_id"]
     regex = plan.workload.progress_probe.log_regex
     copy_dir = run_folder(setup.ctx) / f"{trial}-{arm}"
@@ -121,9 +125,10 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         probe = LogProgressProbe(log, regex, rec, trial, arm).start()
         if not probe.wait_for(lambda s: s.step >= setup.fault_step, setup.timeout_s):
             raise TrialFailed(f"the copy never reached step {setup.fault_step}")
-        fault_ev = inject_slurm_fault(cluster, job, fault.kind, rec, trial)
-        # Slurm checks time limits about every 30 s: that fault gets the longer wait.
-        grace = setup.fault_timeout_s + (TIME_LIMIT_CHECK_S if fault.kind == "time-limit" else 0)
+        fault_type = fault_kind(fault.kind, cluster.kind)
+        fault_ev = inject_fault(cluster, job, fault.kind, rec, trial)
+        # A fault Slurm delivers at its own next check (a time limit) gets the longer wait.
+        grace = setup.fault_timeout_s + fault_type.detect_grace_s
         ended = cluster.wait_until(job, lambda s: s != "RUNNING", grace)
         if ended is None:
             raise TrialFailed(
@@ -131,15 +136,12 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
                 f"{grace:.0f} s after the fault"
             )
         detected = rec.record(trial, arm, "detected", job_id=job.job_id, state=ended.state)
-        if fault.kind == "time-limit":
-            fault_ev = _time_limit_delivery(rec, events, fault_ev)
+        if fault_type.lands_when_signalled:
+            fault_ev = _signal_delivery(rec, events, fault_ev, fault.kind)
         # The state changed somewhere between the two polls: that window bounds how late
         # the detection was observed.
         row["detect_latency_ms"] = (ended.t_mono_ns - ended.previous_poll_ns) / 1e6
-        if fault.kind == "node-down" and fault.down_s is not None:
-            time.sleep(fault.down_s)  # the node is away this long (a reboot, a repair)
-            cluster.node_resume(node)
-            rec.record(trial, arm, "node_returned", node=node, down_s=fault.down_s)
+        fault_type.settle(cluster, job, fault, rec, trial)  # node-down: the node away down_s
         # The old allocation must be released (its processes gone) before anything reads
         # what the copy logged or restarts it.
         released = cluster.wait_until(job, lambda s: s not in ACTIVE_STATES, setup.timeout_s)
@@ -181,8 +183,7 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             state, reason = cluster.observe(new_job)
             raise TrialFailed(
                 f"recovery job {new_job.job_id} never started within {setup.timeout_s:.0f} s "
-                f"(state {state}, reason {reason or 'none'})"
-                + (" — the node never came back" if fault.kind == "node-down" else "")
+                f"(state {state}, reason {reason or 'none'})" + fault_type.never_back
             )
         # `started` is the job's own first moment on the node (its wrapper records it): the
         # squeue poll that saw it RUNNING may come after the restore has begun.
@@ -247,3 +248,6 @@ def preflight_slurm(setup: TrialSetup, timeout_s: float) -> PreflightResult:
         )
     finally:
         cluster.stop_all()
+
+
+SLURM_TRIALS = TrialRunner(run_slurm_trial, preflight_slurm, INCLUDES)

@@ -1,6 +1,7 @@
 """One recovery trial's shared parts, whatever the cluster: its setup, its row, the clock's
 moments and the measuring once the copy serves again (recovery_local.py and
-recovery_slurm.py run the trials; recovery.py runs them all, writes and gates)."""
+recovery_slurm.py run the trials, each one `TrialRunner`; recovery.py runs them all, keyed
+by the plan's cluster.kind, writes and gates)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from tasks.data.errors import CkptPocError
-from tasks.data.plan import Plan
+from tasks.data.plan import Fault, Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.criu import (
     Checkpoint,
 )
 from tasks.engine.clock import Event, EventRecorder, span_s
-from tasks.engine.clusters.local import LocalCluster
-from tasks.engine.clusters.slurm import SlurmCluster
-from tasks.engine.preflight import (
-    log_tail,
-)
+from tasks.engine.clusters.base import Cluster
+from tasks.engine.preflight import PreflightResult, log_tail
 from tasks.engine.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
 from tasks.experiments.trials import (
     LOG_TAIL,
@@ -30,16 +28,8 @@ from tasks.experiments.trials import (
 )
 
 CLOCK = "fault_injected→serving_again"
-INCLUDES = {
-    "local": "detection+scheduling+restore+warmup (local: scheduling is holding the slot again)",
-    "slurm": (
-        "detection+scheduling+restore+warmup (slurm: detection by squeue poll; scheduling is "
-        "the old allocation's release, the recovery job's queueing and the node's return)"
-    ),
-}
 ARMS_IN_ORDER = ("unmanaged", "managed")  # the unmanaged copy is faulted first
 FAULT_DELIVERED = "fault_delivered"  # on a failed row's dict, never a `trials` column
-TIME_LIMIT_CHECK_S = 60  # slurmctld's limit check runs about every 30 s; twice that
 
 
 class TrialFailed(CkptPocError):
@@ -50,7 +40,7 @@ class TrialFailed(CkptPocError):
 class TrialSetup:
     plan: Plan
     ctx: RunContext
-    cluster: LocalCluster | SlurmCluster
+    cluster: Cluster
     recorder: EventRecorder
     fault_step: int
     timeout_s: float
@@ -70,7 +60,19 @@ class Moments:
     resume_step: int
 
 
-def base_row(setup: TrialSetup, fault: str, arm: str, repeat: int, node: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TrialRunner:
+    """Recovery trials on one cluster kind: one trial's row (failed with a reason, never
+    raising), the preflight on the plan's first node, and what `started` includes there."""
+
+    run_trial: Callable[[TrialSetup, Fault, str, int], dict[str, Any]]
+    preflight: Callable[[TrialSetup, float], PreflightResult]
+    includes: str
+
+
+def base_row(
+    setup: TrialSetup, fault: str, arm: str, repeat: int, node: str, includes: str
+) -> dict[str, Any]:
     plan = setup.plan
     return {
         "measure": "recovery",
@@ -80,7 +82,7 @@ def base_row(setup: TrialSetup, fault: str, arm: str, repeat: int, node: str) ->
         "repeat": repeat,
         "started_at": dt.datetime.now(dt.UTC),
         "clock": CLOCK,
-        "includes": INCLUDES[plan.cluster.kind],
+        "includes": includes,
         "gpus": plan.workload.gpus,
         "gpus_from": "plan",
         "nodes": node,

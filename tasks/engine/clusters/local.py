@@ -24,9 +24,13 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
+
+if TYPE_CHECKING:  # pydantic loads only where a plan is read: a Slurm job's wrapper starts fast
+    from tasks.data.plan import Plan
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # No --kill-child (a parent-death signal on the workload): CRIU dumps and restores it, and a
@@ -264,12 +268,17 @@ class WorkloadProcess:
 class LocalCluster:
     """Named slots on this machine; everything it starts is tracked and ended by pid."""
 
+    kind: ClassVar[str] = "local"
     nodes: list[str]
     run_dir: Path
     workdir: Path  # where workload commands run (their relative paths resolve here)
     tracked: dict[int, WorkloadProcess] = field(default_factory=dict)
     workload: str = ""  # the plan's workload name, for the samplers' attribution
     _reaper: RunReaper | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def for_plan(cls, plan: Plan, run_dir: Path, workdir: Path) -> LocalCluster:
+        return cls(list(plan.cluster.nodes), run_dir, workdir, workload=plan.workload.name)
 
     @property
     def reaper(self) -> RunReaper:

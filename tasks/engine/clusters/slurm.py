@@ -23,10 +23,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
 
 from tasks.baseline.accounting import parse_tres
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.runctx import REPO_ROOT
+
+if TYPE_CHECKING:
+    from tasks.data.plan import Plan
 
 BATCH_SCRIPT = REPO_ROOT / "scripts" / "slurm-job"
 ACTIVE_STATES = frozenset(
@@ -61,6 +65,7 @@ class Observation:
 
 @dataclass
 class SlurmCluster:
+    kind: ClassVar[str] = "slurm"
     nodes: list[str]
     partition: str
     run_dir: Path
@@ -69,6 +74,10 @@ class SlurmCluster:
     poll_s: float = 0.05
     tracked: dict[str, SlurmJob] = field(default_factory=dict)
     downed: set[str] = field(default_factory=set)
+
+    @classmethod
+    def for_plan(cls, plan: Plan, run_dir: Path, workdir: Path) -> SlurmCluster:
+        return cls(list(plan.cluster.nodes), plan.cluster.queue, run_dir, workdir)
 
     # --- commands -------------------------------------------------------------------------
 
@@ -242,3 +251,6 @@ class SlurmCluster:
             if gone is None:
                 left.append(job.job_id)
         return left
+
+    def close(self) -> None:
+        """Nothing to release: Slurm holds the jobs, and ``stop_all`` ended them."""

@@ -20,6 +20,7 @@ from tasks.data.errors import BlastRadiusError
 from tasks.data.locks import hold_nodes
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
+from tasks.engine.clusters.base import cluster_kind
 from tasks.window.sampling import Backend
 from tasks.window.sampling.attribution import ProcessAttributor, slurm_jobs_from_trials
 from tasks.window.sampling.span import (
@@ -36,7 +37,7 @@ def nodes_to_sample(plan: Plan, node: str | None = None) -> list[str]:
     """The nodes this run samples; refuses any node the plan does not name."""
     if node is not None and node not in plan.cluster.nodes:
         raise BlastRadiusError(f"node {node!r} is not one of the plan's nodes {plan.cluster.nodes}")
-    if plan.cluster.kind == "local" or plan.window.sampler == "prometheus":
+    if cluster_kind(plan).nodes_are_this_machine or plan.window.sampler == "prometheus":
         return [node] if node else list(plan.cluster.nodes)
     here = node or socket.gethostname().split(".")[0]
     if here not in plan.cluster.nodes:
