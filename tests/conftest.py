@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -10,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 from prefect_server import PrefectStack, alive
+
+from tests import service_watchdog, slurm_cluster
 
 REPO = Path(__file__).resolve().parent.parent
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -64,8 +67,12 @@ def delete_marker():
 def prefect_stack(tmp_path_factory) -> Iterator[PrefectStack]:
     """A real Prefect server, the process work pool, the deployments and a worker, shared by
     the session (scripts/prefect-up on a free port with a private PREFECT_HOME)."""
+    directory = tmp_path_factory.mktemp("prefect")
+    # Started before the server: if this run is killed, even while prefect-up runs, the
+    # watchdog stops what prefect-up started (and every flow run carrying its home).
+    watchdog = service_watchdog.start("prefect", directory)
     stack = PrefectStack(
-        tmp_path_factory.mktemp("prefect"),
+        directory,
         env={
             "CKPT_POC_PSEUDONYM_KEY": os.environ["CKPT_POC_PSEUDONYM_KEY"],
             "PREFECT_WORKER_QUERY_SECONDS": "1",
@@ -78,12 +85,86 @@ def prefect_stack(tmp_path_factory) -> Iterator[PrefectStack]:
         yield stack
     finally:
         report = stack.down()
+        service_watchdog.disarm(watchdog)
     assert set(stack.started) == {"server", "worker"}
     assert report.clean, (
         f"prefect-down rc={report.returncode}; alive after it (killed now): "
         f"{report.still_alive}; still carrying PREFECT_HOME: {report.leftovers}\n{report.output}"
     )
     assert not any(alive(pid) for pid in stack.started.values())
+
+
+# The session's Slurm: private ports, so that a developer's own scripts/slurm-up cluster
+# (default ports) can run beside it.
+SLURM_PORTS = {
+    "CKPT_SLURM_DB_PORT": "23306",
+    "CKPT_SLURM_CTLD_PORT": "26817",
+    "CKPT_SLURM_D_PORT": "26818",
+    "CKPT_SLURM_DBD_PORT": "26819",
+}
+# A second cluster, only for a test that needs accounting of its own (pristine_slurm_env).
+PRIVATE_SLURM_PORTS = {
+    "CKPT_SLURM_DB_PORT": "23316",
+    "CKPT_SLURM_CTLD_PORT": "26827",
+    "CKPT_SLURM_D_PORT": "26828",
+    "CKPT_SLURM_DBD_PORT": "26829",
+}
+
+
+@contextlib.contextmanager
+def _slurm_cluster(directory: Path, ports: dict[str, str]) -> Iterator[dict[str, str]]:
+    """A real Slurm under ``directory`` (scripts/slurm-up), stopped and removed on exit, and
+    by its watchdog if the test run dies first."""
+    watchdog = service_watchdog.start("slurm", directory)
+    try:
+        yield slurm_cluster.ensure_slurm_up(directory, ports)
+    finally:
+        subprocess.run(
+            [str(REPO / "scripts" / "slurm-down"), "--purge", str(directory)],
+            check=False,
+            timeout=180,
+        )
+        service_watchdog.disarm(watchdog)
+    pids = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(directory) not in pids, "a Slurm daemon outlived slurm-down"
+
+
+@pytest.fixture(scope="session")
+def slurm_session(tmp_path_factory) -> Iterator[dict[str, str]]:
+    """The session's one real single-node Slurm (with accounting), shared by every test that
+    submits jobs: they keep apart by their own data folders, PoC and job names, and one at
+    a time (pytest runs tests in turn), each handed the cluster clean by ``slurm_env``.
+    Tests that need something of their own say so in their fixture (pristine_slurm_env)."""
+    with _slurm_cluster(tmp_path_factory.mktemp("slurm"), SLURM_PORTS) as env:
+        yield env
+
+
+@pytest.fixture
+def slurm_env(slurm_session: dict[str, str]) -> dict[str, str]:
+    """The session's Slurm, with no job of an earlier test left and its node in service."""
+    slurm_cluster.reset(slurm_session)
+    return slurm_session
+
+
+@pytest.fixture(scope="session")
+def pristine_slurm_env(slurm_session: dict[str, str], tmp_path_factory) -> Iterator[dict]:
+    """A Slurm whose accounting holds no job yet (the live baseline reads every job of the
+    last day and must find only its own). The session's cluster while no test has used it —
+    the tests that ask for this fixture run first (pytest_collection_modifyitems) — else,
+    e.g. when run after others by hand, a cluster of its own."""
+    if not slurm_cluster.accounted_jobs(slurm_session):
+        slurm_cluster.reset(slurm_session)
+        yield slurm_session
+        return
+    with _slurm_cluster(tmp_path_factory.mktemp("slurm-pristine"), PRIVATE_SLURM_PORTS) as env:
+        yield env
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that need the session's Slurm before any job ran on it go first."""
+    first = [i for i in items if "pristine_slurm_env" in getattr(i, "fixturenames", ())]
+    if first:
+        items[:] = first + [i for i in items if i not in first]
 
 
 @pytest.fixture
@@ -94,7 +175,7 @@ def cli(prefect_stack: PrefectStack):
         full_env = {**os.environ, "PREFECT_API_URL": prefect_stack.api_url, **(env or {})}
         full_env = {k: v for k, v in full_env.items() if v is not None}
         return subprocess.run(
-            [sys.executable, "-m", "flows.cli", *args],
+            [sys.executable, "-m", "cli", *args],
             cwd=REPO,
             env=full_env,
             capture_output=True,

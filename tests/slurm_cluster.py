@@ -91,14 +91,22 @@ def _run(argv: list[str], env: Mapping[str, str], timeout: float = 60.0) -> str:
     return proc.stdout
 
 
-def ensure_slurm_up(directory: Path | None = None) -> dict[str, str]:
+def ensure_slurm_up(
+    directory: Path | None = None, ports: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Start (or find running) the cluster under ``directory``; return an env for its clients.
 
-    The returned mapping is a copy of ``os.environ`` with ``SLURM_CONF`` set.
+    ``ports``: scripts/slurm-up's ``CKPT_SLURM_*_PORT`` settings for a first start. The
+    returned mapping is a copy of ``os.environ`` with ``SLURM_CONF`` set.
     """
     directory = (directory or slurm_dir()).resolve()
     proc = subprocess.run(
-        [str(SLURM_UP), str(directory)], capture_output=True, text=True, timeout=600, check=False
+        [str(SLURM_UP), str(directory)],
+        env={**os.environ, **(ports or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
     if proc.returncode != 0:
         raise SlurmClusterError(
@@ -214,6 +222,35 @@ def wait_node_idle(env: Mapping[str, str], timeout: float = 60.0) -> None:
         if time.monotonic() > deadline:
             raise SlurmClusterError(f"node {node} is {state!r}, not idle, after {timeout:.0f} s")
         time.sleep(0.5)
+
+
+def jobs_in_queue(env: Mapping[str, str]) -> list[str]:
+    return _run(["squeue", "-h", "-o", "%A"], env).split()
+
+
+def reset(env: Mapping[str, str], timeout: float = 60.0) -> None:
+    """Hand the cluster over clean: no job left from an earlier test (cancelled, and waited
+    for until squeue no longer lists it) and the node back in service (a test that failed
+    while the node was down leaves it down)."""
+    left = jobs_in_queue(env)
+    if left:
+        _run(["scancel", "--full", *left], env)
+    deadline = time.monotonic() + timeout
+    while left := jobs_in_queue(env):
+        if time.monotonic() > deadline:
+            raise SlurmClusterError(f"jobs {left} still listed {timeout:.0f} s after scancel")
+        time.sleep(0.2)
+    node = node_name(env)
+    state = _run(["sinfo", "-h", "-n", node, "-o", "%T"], env).strip()
+    if state.startswith(("down", "drain")):
+        _run(["scontrol", "update", f"nodename={node}", "state=resume"], env)
+    wait_node_idle(env, timeout)
+
+
+def accounted_jobs(env: Mapping[str, str]) -> list[str]:
+    """Every job the cluster's accounting holds (any user, any time)."""
+    out = _run(["sacct", "-a", "-X", "-n", "-P", "-S", "2000-01-01", "-o", "JobIDRaw"], env)
+    return out.split()
 
 
 # --- the job mix ------------------------------------------------------------------

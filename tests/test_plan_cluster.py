@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,16 +18,6 @@ import pytest
 from tasks.data.errors import PlanError
 from tasks.data.plan import load_plan
 from tasks.data.plan_cluster import check_slurm_nodes, parse_sinfo_nodes
-from tests import slurm_cluster
-from tests.conftest import REPO
-
-# Ports of this module's own cluster, apart from the other Slurm tests' clusters.
-PORTS = {
-    "CKPT_SLURM_DB_PORT": "23326",
-    "CKPT_SLURM_CTLD_PORT": "26837",
-    "CKPT_SLURM_D_PORT": "26838",
-    "CKPT_SLURM_DBD_PORT": "26839",
-}
 
 
 def _slurm_plan(write_plan, nodes: list[str], queue: str = "poc") -> Path:
@@ -106,24 +95,10 @@ def test_local_plan_never_asks_sinfo(write_plan, tmp_path: Path, monkeypatch) ->
 # --- against a real Slurm -----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def slurm_conf(tmp_path_factory) -> Iterator[str]:
-    directory = tmp_path_factory.mktemp("slurm-plan")
-    saved = {k: os.environ.get(k) for k in PORTS}
-    os.environ.update(PORTS)
-    try:
-        yield slurm_cluster.ensure_slurm_up(directory)["SLURM_CONF"]
-    finally:
-        subprocess.run(
-            [str(REPO / "scripts" / "slurm-down"), "--purge", str(directory)],
-            check=False,
-            timeout=120,
-        )
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+@pytest.fixture
+def slurm_conf(slurm_env: dict[str, str]) -> str:
+    """The session's cluster (tests/conftest.py)."""
+    return slurm_env["SLURM_CONF"]
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ wrapper (tasks/engine/slurm_job.py) that dumps it every interval into a folder e
 reach; after the fault a restore job — a new job id, linked to the interrupted one —
 brings it back. The unmanaged copy is resubmitted, resuming its own checkpoint.
 
-The cluster is this module's own (its folder and ports), stopped before the baseline's.
+The cluster is the session's (tests/conftest.py: slurm_env), handed over with no job left.
 About six minutes on two cores (a time limit takes 90 s a trial).
 """
 
@@ -21,7 +21,7 @@ import pytest
 from tasks.data.datasets import TRIALS, read_dataset
 from tasks.data.errors import BlastRadiusError
 from tasks.data.plan import Fault, Plan, load_plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import make_run_context, open_run
 from tasks.engine.clusters.slurm import SlurmCluster, SlurmJob
 from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.recovery import run_recovery, write_and_gate
@@ -30,36 +30,27 @@ from tests.conftest import REPO
 
 pytestmark = [pytest.mark.slurm, pytest.mark.criu]
 
-PORTS = {
-    "CKPT_SLURM_DB_PORT": "23316",
-    "CKPT_SLURM_CTLD_PORT": "26827",
-    "CKPT_SLURM_D_PORT": "26828",
-    "CKPT_SLURM_DBD_PORT": "26829",
-}
-
 
 @pytest.fixture(scope="module")
-def slurm_env(tmp_path_factory, criu_binary: str) -> Iterator[dict[str, str]]:
-    directory = tmp_path_factory.mktemp("slurm-recovery")
-    saved = {k: os.environ.get(k) for k in [*PORTS, "SLURM_CONF", "CKPT_POC_CRIU"]}
-    os.environ.update(PORTS)
+def harness_env(slurm_session: dict[str, str], criu_binary: str) -> Iterator[None]:
+    """The harness and the jobs (sbatch exports this environment) use the session's cluster
+    and the session's CRIU."""
+    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "CKPT_POC_CRIU")}
+    os.environ["SLURM_CONF"] = slurm_session["SLURM_CONF"]
+    os.environ["CKPT_POC_CRIU"] = criu_binary
     try:
-        env = slurm_cluster.ensure_slurm_up(directory)
-        # The harness and the jobs (sbatch exports this environment) use this cluster.
-        os.environ["SLURM_CONF"] = env["SLURM_CONF"]
-        os.environ["CKPT_POC_CRIU"] = criu_binary
-        yield env
+        yield
     finally:
-        subprocess.run(
-            [str(REPO / "scripts" / "slurm-down"), "--purge", str(directory)],
-            check=False,
-            timeout=120,
-        )
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+@pytest.fixture
+def slurm_env(harness_env: None, slurm_env: dict[str, str]) -> dict[str, str]:
+    return slurm_env
 
 
 def slurm_plan(tmp_path: Path, faults: list[Fault], repeats: int) -> Plan:
@@ -82,11 +73,11 @@ def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path)
     plan = slurm_plan(
         tmp_path, [Fault(kind="scancel"), Fault(kind="node-down"), Fault(kind="kill-step")], 3
     )
-    ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
-    run = run_recovery(plan, ctx, timeout_s=60)
-    trials = run.trials
-    assert (trials["status"] == "ok").all(), trials[["trial_id", "arm", "reason"]].to_string()
-    write_and_gate(run, plan, ctx)  # every comparability gate passes
+    with open_run(plan, REPO / "plans" / "demo.yaml", "recovery") as ctx:
+        run = run_recovery(plan, ctx, timeout_s=60)
+        trials = run.trials
+        assert (trials["status"] == "ok").all(), trials[["trial_id", "arm", "reason"]].to_string()
+        write_and_gate(run, plan, ctx)  # every comparability gate passes
     written = read_dataset(TRIALS, data_dir=plan.data_dir, poc=plan.poc)
     assert (written["measure"] == "recovery").sum() == 3 * 3 * 2
     # The dumps the in-job wrapper took are checkpoint rows too.

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import dask
@@ -28,7 +27,6 @@ from tasks.window.sample_summary import (
     weekly_sample_summary,
     weekly_sample_summary_dask,
 )
-from tests import slurm_cluster
 from tests.conftest import REPO
 
 POC = "t"
@@ -217,32 +215,7 @@ def test_a_difference_is_caught(synth: list[str]) -> None:
 
 # --- a real dask-jobqueue SLURMCluster ---------------------------------------------------------
 
-SLURM_PORTS = {  # its own ports, apart from the default cluster's and test_slurm_baseline's
-    "CKPT_SLURM_DB_PORT": "24306",
-    "CKPT_SLURM_CTLD_PORT": "27817",
-    "CKPT_SLURM_D_PORT": "27818",
-    "CKPT_SLURM_DBD_PORT": "27819",
-}
-
-
-@pytest.fixture(scope="module")
-def slurm_env(tmp_path_factory) -> Iterator[dict[str, str]]:
-    directory = tmp_path_factory.mktemp("slurm-summary")
-    saved = {k: os.environ.get(k) for k in SLURM_PORTS}
-    os.environ.update(SLURM_PORTS)
-    try:
-        yield slurm_cluster.ensure_slurm_up(directory)
-    finally:
-        subprocess.run(
-            [str(REPO / "scripts" / "slurm-down"), "--purge", str(directory)],
-            check=False,
-            timeout=120,
-        )
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+# The cluster is the session's (tests/conftest.py: slurm_env).
 
 
 def _squeue(name: str, env: dict[str, str]) -> list[str]:

@@ -7,17 +7,13 @@ exactly the jobs this test submits; the expected numbers are computed here from 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tasks.baseline.fields import parse_duration_s
 from tests import slurm_cluster
-from tests.conftest import REPO
 
 pytestmark = pytest.mark.slurm
 
@@ -25,33 +21,15 @@ EXPOSED = {"FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT
 
 
 @pytest.fixture(scope="session")
-def slurm_env(tmp_path_factory) -> Iterator[dict[str, str]]:
-    directory = tmp_path_factory.mktemp("slurm")
-    ports = {
-        "CKPT_SLURM_DB_PORT": "23306",
-        "CKPT_SLURM_CTLD_PORT": "26817",
-        "CKPT_SLURM_D_PORT": "26818",
-        "CKPT_SLURM_DBD_PORT": "26819",
-    }
-    os.environ.update(ports)
-    try:
-        env = slurm_cluster.ensure_slurm_up(directory)
-        yield env
-    finally:
-        subprocess.run(
-            [str(REPO / "scripts" / "slurm-down"), "--purge", str(directory)],
-            check=False,
-            timeout=120,
-        )
-        for key in ports:
-            os.environ.pop(key, None)
-    pids = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert str(directory) not in pids, "a Slurm daemon outlived slurm-down"
+def job_mix(pristine_slurm_env: dict[str, str]) -> list[dict]:
+    return slurm_cluster.submit_job_mix(pristine_slurm_env)
 
 
-@pytest.fixture(scope="session")
-def job_mix(slurm_env) -> list[dict]:
-    return slurm_cluster.submit_job_mix(slurm_env)
+@pytest.fixture
+def slurm_env(pristine_slurm_env: dict[str, str]) -> dict[str, str]:
+    """The live baseline reads every job of the last day: a cluster whose accounting holds
+    only the job mix (tests/conftest.py: pristine_slurm_env)."""
+    return pristine_slurm_env
 
 
 def _expected(records: list[dict]) -> dict:

@@ -27,7 +27,6 @@ from tasks.data.plan import AllowedChange, Plan, Watch, load_plan
 from tasks.data.runctx import make_run_context
 from tasks.exit.exit_diff import diff_snapshots, exit_diff
 from tasks.exit.snapshots import collect, latest_snapshot, take_snapshot
-from tests import slurm_cluster
 from tests.conftest import REPO
 
 ROOT_ONLY = pytest.mark.skipif(os.geteuid() != 0, reason="plants residue as root")
@@ -323,26 +322,7 @@ def test_an_allowed_change_is_skipped_and_only_on_its_kind() -> None:
 # --- a Slurm node, snapshotted by a job pinned to it ------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def slurm_env(tmp_path_factory) -> Iterator[dict[str, str]]:
-    directory = tmp_path_factory.mktemp("slurm-snapshots")
-    ports = {
-        "CKPT_SLURM_DB_PORT": "33306",
-        "CKPT_SLURM_CTLD_PORT": "36817",
-        "CKPT_SLURM_D_PORT": "36818",
-        "CKPT_SLURM_DBD_PORT": "36819",
-    }
-    os.environ.update(ports)
-    try:
-        yield slurm_cluster.ensure_slurm_up(directory)
-    finally:
-        subprocess.run(
-            [str(REPO / "scripts" / "slurm-down"), "--purge", str(directory)],
-            check=False,
-            timeout=120,
-        )
-        for key in ports:
-            os.environ.pop(key, None)
+# The cluster is the session's (tests/conftest.py: slurm_env).
 
 
 @ROOT_ONLY
