@@ -25,7 +25,7 @@ def start_sampler(plan_path: str) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
         "-m",
-        "flows.cli",
+        "cli",
         "sample",
         str(Path(plan_path).resolve()),
         "--span-s",

@@ -275,8 +275,8 @@ def test_a_header_less_dump_in_another_order_is_read_with_format(
 def test_the_cli_and_the_flow_take_format() -> None:
     import inspect
 
+    from cli.app import app
     from flows.baseline import baseline as baseline_flow
-    from flows.cli import app
 
     assert "sacct_format" in inspect.signature(baseline_flow.fn).parameters
     shown = CliRunner().invoke(app, ["baseline", "--help"], env={"COLUMNS": "200"})

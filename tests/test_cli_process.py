@@ -25,7 +25,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _cli(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -59,7 +59,7 @@ def _alive(pid: int) -> bool:
 
 def test_the_commands_prefect_server_dies_with_the_command(tmp_path: Path) -> None:
     command = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "baseline", str(REPO / "plans" / "demo.yaml")],
+        [sys.executable, "-m", "cli", "baseline", str(REPO / "plans" / "demo.yaml")],
         cwd=REPO,
         env=_env(tmp_path),
         stdout=subprocess.DEVNULL,
@@ -84,7 +84,7 @@ def test_four_commands_at_once_all_work(tmp_path: Path) -> None:
     env = _env(tmp_path)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "flows.cli", "baseline", "plans/demo.yaml", "--json"],
+            [sys.executable, "-m", "cli", "baseline", "plans/demo.yaml", "--json"],
             cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
@@ -121,7 +121,7 @@ def test_commands_that_only_read_start_no_server_and_never_load_prefect(
     # machine's): Prefect is never imported (-X importtime lists every module loaded) and
     # no server is started.
     done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "flows.cli", *args],
+        [sys.executable, "-X", "importtime", "-m", "cli", *args],
         cwd=REPO,
         env=_env(tmp_path),
         capture_output=True,

@@ -125,7 +125,7 @@ def test_two_side_by_side_runs_never_share_the_slots(
     plan = write_plan({"workload.command": command, "checkpointer.interval_s": 2.0})
     env = {"CKPT_POC_CRIU": criu_binary, LOCK_DIR_ENV: str(lock_dir)}
     first = subprocess.Popen(
-        [sys.executable, "-m", "flows.cli", "side-by-side", str(plan), "--json"],
+        [sys.executable, "-m", "cli", "side-by-side", str(plan), "--json"],
         cwd=Path(__file__).resolve().parents[1],
         env={**os.environ, **env, "PREFECT_API_URL": prefect_stack.api_url},
         stdout=subprocess.PIPE,

@@ -215,7 +215,7 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 def _poc(plan: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli_poc", "poc", str(plan), *args],
+        [sys.executable, "-m", "cli", "poc", str(plan), *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -357,7 +357,7 @@ def test_status_shows_the_stage_table_and_keeps_its_keys(write_plan, tmp_path) -
     plan = load_plan(path, check_cluster=False)
     _commit(plan, "baseline")
     env = _env(tmp_path)
-    cli = [sys.executable, "-m", "flows.cli", "status", str(path)]
+    cli = [sys.executable, "-m", "cli", "status", str(path)]
     done = subprocess.run([*cli, "--json"], cwd=REPO, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)

@@ -309,16 +309,16 @@ def test_no_data_record(tmp_path: Path) -> None:
 def test_cli_json_prints_exactly_the_record_keys(
     record: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import flows.cli
+    import cli.common
     import flows.record
-    from flows.cli_record import register
+    from cli.record import record_cmd
 
-    monkeypatch.setattr(flows.cli, "_flows_ready", lambda: None)
+    monkeypatch.setattr(cli.common, "_flows_ready", lambda: None)
     monkeypatch.setattr(
         flows.record, "record", lambda plan_path: {**record, "run_id": "r", "poc": POC}
     )
     app = typer.Typer()
-    register(app)
+    app.command("record")(record_cmd)
     app.command("noop")(lambda: None)  # a single-command app would take no command name
     res = CliRunner().invoke(app, ["record", "plan.yaml", "--json"])
     assert res.exit_code == 0, res.output

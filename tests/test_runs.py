@@ -82,7 +82,7 @@ def test_a_killed_run_is_invisible_reported_and_cleaned(tmp_path: Path) -> None:
 
         # The command says the same (no Prefect server to start).
         done = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "status", str(_plan(tmp_path, data)), "--json"],
+            [sys.executable, "-m", "cli", "status", str(_plan(tmp_path, data)), "--json"],
             cwd=REPO,
             capture_output=True,
             text=True,
@@ -227,7 +227,7 @@ def test_a_baseline_killed_after_its_first_jobs_file_leaves_nothing_visible(
         [
             sys.executable,
             "-m",
-            "flows.cli",
+            "cli",
             "baseline",
             str(_plan(tmp_path, data)),
             "--sacct-file",

@@ -261,14 +261,14 @@ def test_a_single_sample_entity_takes_the_others_median_or_is_quarantined(
 
 
 def _cli_env(tmp_path: Path) -> dict[str, str]:
-    """No Prefect server configured: the command starts its own (flows/server.py)."""
+    """No Prefect server configured: the command starts its own (cli/server.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     return {**env, "PREFECT_HOME": str(tmp_path / "prefect-home")}
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", "samples", "import", *args],
+        [sys.executable, "-m", "cli", "samples", "import", *args],
         cwd=REPO,
         env=_cli_env(tmp_path),
         capture_output=True,

@@ -1,4 +1,4 @@
-"""A self-hosted server's watch for silent flow runs (`python -m flows.automations`).
+"""A self-hosted server's watch for silent flow runs (`python -m cli.automations`).
 
 A worker or node that dies mid-run leaves its flow run Running for ever: nothing reports
 it. Flow runs send heartbeats (PREFECT_FLOWS_HEARTBEAT_FREQUENCY, set by

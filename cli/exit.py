@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import json
-import sys
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from tasks.data.errors import CkptPocError
-
-PlanArg = Annotated[Path, typer.Argument(help="the PoC plan (YAML)")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="print the result as JSON")]
+from cli.common import JsonOpt, PlanArg, command_body, out, write_json
 
 
 def snapshot_cmd(
@@ -24,18 +18,12 @@ def snapshot_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Snapshot the plan's nodes at PHASE → the `snapshots` dataset (exit 1 if partial)."""
-    # Lazily: flows.cli registers these commands, so importing it at the top is circular.
-    from flows.cli import _fail, _flows_ready, out
+    with command_body():
+        from flows.snapshot import snapshot
 
-    _flows_ready()
-    from flows.snapshot import snapshot
-
-    try:
         summary = snapshot(str(plan), phase, node)
-    except CkptPocError as exc:
-        _fail(exc)
     if as_json:
-        sys.stdout.write(json.dumps(summary) + "\n")
+        write_json(summary)
         return
     for name, s in summary["nodes"].items():
         out.print(f"{name}: {s['items']} items at {phase!r} ({', '.join(s['kinds'])})")
@@ -49,19 +37,14 @@ def exit_diff_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Leftovers between two phases' snapshots; exit 0 only when the verdict is clean."""
-    from flows.cli import _fail, _flows_ready, out
+    with command_body():
+        from flows.exit_diff import exit_diff
+        from tasks.exit.exit_diff import LEFTOVER_FIELDS, verdict_line
 
-    _flows_ready()
-    from flows.exit_diff import exit_diff
-    from tasks.exit.exit_diff import LEFTOVER_FIELDS, verdict_line
-
-    try:
         result = exit_diff(str(plan), from_phase, to_phase)
-    except CkptPocError as exc:
-        _fail(exc)
     if as_json:
         leftovers = [{f: item[f] for f in LEFTOVER_FIELDS} for item in result["leftovers"]]
-        sys.stdout.write(json.dumps({"verdict": result["verdict"], "leftovers": leftovers}) + "\n")
+        write_json({"verdict": result["verdict"], "leftovers": leftovers})
     else:
         from rich.table import Table
 
@@ -73,9 +56,3 @@ def exit_diff_cmd(
             out.print(table)
     if result["leftovers"]:
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    """Add `snapshot` and `exit-diff` to the ckpt-poc app (flows/cli.py calls this)."""
-    app.command("snapshot")(snapshot_cmd)
-    app.command("exit-diff")(exit_diff_cmd)
