@@ -28,7 +28,8 @@ from tasks.data.datasets import (
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.data.runs import commit_run
-from tasks.poc.record import SECTIONS, VERDICT_MEASURES, build_record
+from tasks.poc.record import build_record
+from tasks.poc.record.sections import SECTIONS, VERDICT_MEASURES
 from tests.test_weekly import (
     EVIL,
     W1,
@@ -368,9 +369,9 @@ def test_record_flow_on_a_prefect_server(prefect_stack: Any, write_plan: Any) ->
 
 
 def test_checkpointer_version_from_fingerprint() -> None:
-    from tasks.poc.record import _version_of
+    from tasks.poc.record.method import version_of
 
-    assert _version_of(json.dumps({"criu": "4.1"}), "criu") == "4.1"
-    assert _version_of("none", "criu") == "none"  # fingerprint.NONE, not JSON
-    assert _version_of(None, "criu") == "none"
-    assert _version_of(json.dumps({"prefect": "3"}), "criu") == "none"
+    assert version_of(json.dumps({"criu": "4.1"}), "criu") == "4.1"
+    assert version_of("none", "criu") == "none"  # fingerprint.NONE, not JSON
+    assert version_of(None, "criu") == "none"
+    assert version_of(json.dumps({"prefect": "3"}), "criu") == "none"

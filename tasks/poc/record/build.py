@@ -1,0 +1,158 @@
+"""The record built: the facts gathered from the committed datasets, the document written and
+rendered to HTML and PDF, and the flow's markdown artifact."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.data.datasets import JOBS, read_dataset
+from tasks.data.plan import Plan
+from tasks.data.render import records, write_atomically
+from tasks.data.runctx import RunContext
+from tasks.data.weeks import current_week
+from tasks.poc.record.document import Doc, render_html, render_pdf
+from tasks.poc.record.mistakes import six_mistakes
+from tasks.poc.record.sections import (
+    TITLES_HERE,
+    VERDICT_MEASURES,
+    Facts,
+    table_rows,
+    write_document,
+)
+from tasks.poc.record.sources import (
+    cold_start_rows,
+    data_weeks,
+    distinct,
+    exit_state,
+    files_by_run,
+    source_rows,
+    verdict_of,
+    week_trials,
+    weeks_of,
+)
+from tasks.window.weekly.rows import read_frames, weekly_report_rows
+
+N_RESAMPLES = 10_000
+
+
+def record_dir(data_dir: str | Path, poc: str) -> Path:
+    return Path(data_dir) / poc / "record"
+
+
+def _shown_rows(
+    rows: pd.DataFrame,
+    frames: Mapping[str, pd.DataFrame],
+    week: str,
+    segment: int,
+    seg_weeks: list[str],
+    n_resamples: int,
+) -> list[dict[str, Any]]:
+    """The week's rows with the per-arm cold-start clocks after the speed-up, each with the
+    weeks and runs of the rows behind it."""
+    recs = records(rows)
+    clocks = records(cold_start_rows(week_trials(frames, seg_weeks), week, segment, n_resamples))
+    at = next(
+        (i + 1 for i, r in enumerate(recs) if r["measure"] == "cold_start_speedup"), len(recs)
+    )
+    recs[at:at] = clocks
+    for r in recs:
+        # Goodput and busy fraction per arm are the week's own; the rest pool the segment.
+        per_week = r["measure"] in ("goodput", "utilization")
+        src = source_rows(r["measure"], r["arm"], frames, [week] if per_week else seg_weeks)
+        r["weeks"] = weeks_of(src)
+        r["run_ids"] = distinct(src["run_id"]) if "run_id" in src.columns else []
+        if r["measure"] == "exit_leftovers":
+            r["run_ids"] = distinct(frames["exit_verdicts"]["run_id"])
+        if r["basis"] == "extrapolated" and r.get("inputs"):
+            lam = json.loads(r["inputs"]).get("exposure") or {}
+            r["run_ids"] = sorted({*r["run_ids"], *([lam["run_id"]] if lam else [])})
+    return recs
+
+
+def gather(plan: Plan, data_dir: str | Path, *, n_resamples: int = N_RESAMPLES) -> Facts:
+    """Everything the record shows, from the committed datasets: the verdict rows are
+    weekly_report_rows of the latest week with data."""
+    poc = plan.poc
+    frames = read_frames(data_dir, poc)
+    weeks = data_weeks(frames)
+    week = weeks[-1] if weeks else current_week()
+    rows, change_points, _ = weekly_report_rows(plan, frames, week, n_resamples=n_resamples)
+    segment = int(rows["segment"].max()) if len(rows) else 0
+    start = min((cp["week"] for cp in change_points if cp["segment"] == segment), default="")
+    seg_weeks = [w for w in weeks if w >= start]
+    recs = _shown_rows(rows, frames, week, segment, seg_weeks, n_resamples)
+    by_key = {(r["measure"], r["arm"]): r for r in recs}
+    verdicts = {
+        m: verdict_of(by_key.get((m, "managed")) or by_key.get((m, "both")))
+        for m in VERDICT_MEASURES
+    }
+    jobs = read_dataset(JOBS, data_dir=data_dir, poc=poc, columns=["run_id", "job_name"])
+    state, latest_exit = exit_state(frames["exit_verdicts"])
+    return Facts(
+        plan=plan,
+        data_dir=Path(data_dir),
+        frames=frames,
+        weeks=weeks,
+        week=week,
+        rows=rows,
+        recs=recs,
+        change_points=change_points,
+        segment=segment,
+        seg_weeks=seg_weeks,
+        files=files_by_run(data_dir, poc),
+        verdicts=verdicts,
+        mistakes=six_mistakes(plan, frames, jobs),
+        exit_state=state,
+        latest_exit=latest_exit,
+    )
+
+
+def build_document(
+    plan: Plan, data_dir: str | Path, *, n_resamples: int = N_RESAMPLES
+) -> tuple[Doc, dict[str, Any]]:
+    """The record's blocks and its summary (verdicts, gates, exit, the verdict table)."""
+    f = gather(plan, data_dir, n_resamples=n_resamples)
+    summary = {
+        "week": f.week,
+        "verdicts": f.verdicts,
+        "gates": {m["gate"]: {"passed": m["passed"], "reason": m["reason"]} for m in f.mistakes},
+        "exit": f.exit_state,
+        "table": table_rows(f.recs),
+    }
+    return write_document(f), summary
+
+
+def build_record(plan: Plan, ctx: RunContext, *, n_resamples: int = N_RESAMPLES) -> dict[str, Any]:
+    """Read the committed datasets and write ``<data_dir>/<poc>/record/decision-record.html``
+    and ``.pdf`` (atomically; the latest run wins). Writes no dataset rows."""
+    doc, summary = build_document(plan, ctx.data_dir, n_resamples=n_resamples)
+    title = f"Decision record {plan.poc} / {plan.workload.name}"
+    out = record_dir(ctx.data_dir, ctx.poc)
+    html_file, pdf_file = out / "decision-record.html", out / "decision-record.pdf"
+    write_atomically(html_file, render_html(doc, title).encode("utf-8"))
+    write_atomically(pdf_file, render_pdf(doc, title))
+    return {"html": str(html_file), "pdf": str(pdf_file), **summary}
+
+
+def record_markdown(result: Mapping[str, Any]) -> str:
+    """The flow's artifact: verdicts first, then gates and the way out."""
+    lines = [f"# Decision record (data to {result['week']})", "", "## Verdicts", ""]
+    lines += [f"- {TITLES_HERE.get(m, m)}: **{v}**" for m, v in result["verdicts"].items()]
+    lines += ["", "## The six mistakes", ""]
+    lines += [
+        f"- {g}: {'passed' if s['passed'] else 'FAILED'} ({s['reason']})"
+        for g, s in result["gates"].items()
+    ]
+    lines += [
+        "",
+        f"## The way out: {result['exit']}",
+        "",
+        f"HTML: {result['html']}",
+        f"PDF: {result['pdf']}",
+    ]
+    return "\n".join(lines)

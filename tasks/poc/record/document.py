@@ -1,0 +1,141 @@
+"""The record's document model, a list of blocks (heading, paragraph, table, preformatted),
+and its two renderings, HTML and PDF (fpdf2, DejaVu Sans from matplotlib's own data), so both
+carry the same sections and the same numbers."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tasks.data.render import html_page, html_table
+
+
+@dataclass
+class Block:
+    """One block of the document."""
+
+    kind: str  # h1, h2, h3, p, pre, table
+    text: str = ""
+    heads: Sequence[str] = ()
+    rows: Sequence[Sequence[Any]] = ()
+    classes: Sequence[str] = ()
+
+
+class Doc:
+    """The document as it is written, block by block."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+
+    def h(self, level: int, text: str) -> None:
+        self.blocks.append(Block(f"h{level}", text))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(Block("p", text))
+
+    def pre(self, text: str) -> None:
+        self.blocks.append(Block("pre", text))
+
+    def table(
+        self, heads: Sequence[str], rows: Sequence[Sequence[Any]], classes: Sequence[str] = ()
+    ) -> None:
+        if not rows:
+            self.p("none")
+            return
+        cells = [["" if c is None else str(c) for c in r] for r in rows]
+        self.blocks.append(Block("table", heads=list(heads), rows=cells, classes=list(classes)))
+
+
+_CSS = (
+    "body{font-family:sans-serif;max-width:80em;margin:1em auto}"
+    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em;"
+    "vertical-align:top;white-space:pre-wrap}"
+    ".met{background:#dfd}.not-met{background:#fdd}.undecided,.blocked{background:#fec}"
+    "pre{background:#f6f6f6;padding:.5em;overflow:auto}"
+)
+
+
+def render_html(doc: Doc, title: str) -> str:
+    e = html.escape
+    body = []
+    for b in doc.blocks:
+        if b.kind in ("h1", "h2", "h3"):
+            body.append(f"<{b.kind}>{e(b.text)}</{b.kind}>")
+        elif b.kind == "p":
+            body.append(f"<p>{e(b.text)}</p>")
+        elif b.kind == "pre":
+            body.append(f"<pre>{e(b.text)}</pre>")
+        else:
+            body.append(html_table(b.heads, b.rows, b.classes))
+    return html_page(title, _CSS, body)
+
+
+def _font_dir() -> Path:
+    """DejaVu Sans ships with matplotlib (a dependency): no Debian font package needed."""
+    import matplotlib
+
+    return Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+
+
+def render_pdf(doc: Doc, title: str) -> bytes:
+    from fpdf import FPDF
+    from fpdf.fonts import FontFace
+
+    pdf = FPDF(orientation="landscape", format="A4")
+    pdf.set_title(title)
+    pdf.set_auto_page_break(True, margin=12)
+    fonts = _font_dir()
+    pdf.add_font("DejaVu", "", str(fonts / "DejaVuSans.ttf"))
+    pdf.add_font("DejaVu", "B", str(fonts / "DejaVuSans-Bold.ttf"))
+    pdf.add_font("DejaVuMono", "", str(fonts / "DejaVuSansMono.ttf"))
+    pdf.add_page()
+    width = pdf.epw
+    sizes = {"h1": 15, "h2": 12, "h3": 10}
+    fills = {
+        "met": (221, 255, 221),
+        "not-met": (255, 221, 221),
+        "undecided": (255, 238, 204),
+        "blocked": (255, 238, 204),
+    }
+    for b in doc.blocks:
+        if b.kind in sizes:
+            if pdf.get_y() > pdf.h - 40:  # no heading alone at the foot of a page
+                pdf.add_page()
+            pdf.set_font("DejaVu", "B", sizes[b.kind])
+            pdf.ln(2)
+            pdf.multi_cell(width, sizes[b.kind] * 0.5, b.text, new_x="LMARGIN", new_y="NEXT")
+            pdf.ln(1)
+        elif b.kind == "p":
+            pdf.set_font("DejaVu", "", 8)
+            pdf.multi_cell(width, 4, b.text, new_x="LMARGIN", new_y="NEXT")
+            pdf.ln(1)
+        elif b.kind == "pre":
+            pdf.set_font("DejaVuMono", "", 6.5)
+            pdf.multi_cell(width, 3, b.text, new_x="LMARGIN", new_y="NEXT")
+            pdf.ln(1)
+        else:
+            pdf.set_font("DejaVu", "", 7)
+            # Column widths by content (capped), so long paths wrap instead of numbers.
+            lens = [
+                min(60, max([len(h) * 1.4 + 1, *(max(map(len, r[i].split("\n"))) for r in b.rows)]))
+                for i, h in enumerate(b.heads)
+            ]
+            with pdf.table(
+                col_widths=[max(4, n) for n in lens],
+                width=width,
+                text_align="LEFT",
+                line_height=3.5,
+                headings_style=FontFace(emphasis="BOLD", fill_color=(235, 235, 235)),
+            ) as table:
+                table.row(list(b.heads))
+                for i, cells in enumerate(b.rows):
+                    cls = b.classes[i] if i < len(b.classes) else ""
+                    style = FontFace(fill_color=fills[cls]) if cls in fills else None
+                    row = table.row()
+                    for c in cells:
+                        row.cell(c, style=style)
+            pdf.ln(2)
+    return bytes(pdf.output())

@@ -1,0 +1,364 @@
+"""The record's sections, one function each, in the order SECTIONS lists them. Each writes
+its blocks from the facts build_document gathered; none reads a number typed by hand."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.data.datasets import EXIT_DIFF, read_dataset
+from tasks.data.plan import Plan
+from tasks.data.render import NO_VALUE, ci, css_class, number, records
+from tasks.poc.record.document import Doc
+from tasks.poc.record.method import method_lines
+from tasks.poc.record.sources import FIGURE_SOURCES, files_of
+from tasks.window.weekly.model import TITLES
+from tasks.window.weekly.render import CHANGE_HEADS, change_rows
+from tasks.window.weekly.rows import weekly_report_rows
+
+# The plan-judged measures, as the record's `verdicts` names them.
+VERDICT_MEASURES = (
+    "recovery_s",
+    "work_lost_gpu_h",
+    "goodput_gain",
+    "overhead_pct",
+    "cold_start_speedup",
+)
+VERDICT_HEADS = (
+    "measure",
+    "arm",
+    "basis",
+    "n",
+    "weeks",
+    "value",
+    "95% CI",
+    "threshold",
+    "verdict",
+)
+TITLES_HERE = {
+    **TITLES,
+    "cold_start_native_s": "cold start, native (launch → ready)",
+    "cold_start_restore_s": "cold start, restore (restore start → ready)",
+}
+# Measures with a row per arm, shown as one line: (managed measure, unmanaged measure, title).
+PAIRED = (
+    ("recovery_s", "recovery_s", "recovery time"),
+    ("work_lost_gpu_h", "work_lost_gpu_h", "work lost per interruption"),
+    ("goodput", "goodput", "goodput"),
+    ("utilization", "utilization", "busy fraction"),
+    ("cold_start_restore_s", "cold_start_native_s", "cold start (restore vs native)"),
+)
+HISTORY_RESAMPLES = 1_000  # past weeks' CIs in the weeks table only (months of weeks)
+
+
+@dataclass
+class Facts:
+    """What the sections read, gathered once by build_document."""
+
+    plan: Plan
+    data_dir: Path
+    frames: Mapping[str, pd.DataFrame]
+    weeks: list[str]  # every week with data
+    week: str  # the latest of them: the record's week
+    rows: pd.DataFrame  # the week's report rows
+    recs: list[dict[str, Any]]  # the rows shown, each with its weeks and run_ids
+    change_points: list[dict[str, Any]]
+    segment: int
+    seg_weeks: list[str]
+    files: Mapping[str, list[str]]  # run_id → its parquet files
+    verdicts: dict[str, str]  # VERDICT_MEASURES → verdict
+    mistakes: list[dict[str, Any]]
+    exit_state: str
+    latest_exit: pd.DataFrame  # each node's newest exit verdict
+
+    def title(self, r: Mapping[str, Any]) -> str:
+        return TITLES_HERE.get(r["measure"], r["measure"])
+
+
+def table_rows(recs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The verdict table's rows (VERDICT_HEADS)."""
+    return [
+        [
+            TITLES_HERE.get(r["measure"], r["measure"]),
+            r["arm"],
+            r["basis"],
+            str(int(r["n"])),
+            str(r["weeks"]),
+            number(r["value"], r["unit"]),
+            ci(r),
+            number(r["threshold"], r["unit"]),
+            r["verdict"],
+        ]
+        for r in recs
+    ]
+
+
+def side_by_side(recs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
+    """The per-arm rows paired: managed beside unmanaged, each with its CI."""
+    by_key = {(r["measure"], r["arm"]): r for r in recs}
+
+    def cell(r: Mapping[str, Any] | None) -> str:
+        if r is None:
+            return NO_VALUE
+        interval = ci(r)
+        return number(r["value"], r["unit"]) + (f" ({interval})" if interval else "")
+
+    out = []
+    for m_measure, u_measure, title in PAIRED:
+        m, u = by_key.get((m_measure, "managed")), by_key.get((u_measure, "unmanaged"))
+        if m is None and u is None:
+            continue
+        n = f"{int(m['n']) if m else 0} / {int(u['n']) if u else 0}"
+        out.append([title, cell(m), cell(u), n])
+    return out
+
+
+# --- the sections --------------------------------------------------------------------------------
+
+
+def heading(d: Doc, f: Facts) -> None:
+    """The title and what the record covers (before the first section)."""
+    d.h(1, f"Decision record — {f.plan.poc} / {f.plan.workload.name}")
+    d.p(
+        f"Data to ISO week {f.week} (comparability segment {f.segment}, weeks "
+        f"{', '.join(f.seg_weeks) or 'none'}); generated "
+        f"{dt.datetime.now(dt.UTC).isoformat(timespec='seconds')} from the committed datasets "
+        f"under {f.data_dir / f.plan.poc}."
+    )
+
+
+def _verdicts(d: Doc, f: Facts) -> None:
+    d.table(
+        ["measure", "verdict"],
+        [[TITLES_HERE[m], v] for m, v in f.verdicts.items()],
+        [css_class(v) for v in f.verdicts.values()],
+    )
+    d.p(
+        f"The six mistakes: {sum(m['passed'] for m in f.mistakes)} of 6 gates passed. "
+        f"The way out: {f.exit_state}."
+    )
+
+
+def _measures(d: Doc, f: Facts) -> None:
+    d.p(
+        "Both arms side by side; trial-based rows pool the segment's trials to date, goodput "
+        f"and busy fraction are week {f.week}'s. weeks = ISO weeks of rows behind the figure. "
+        "Each figure's method follows the table; its runs and files are under Lineage."
+    )
+    d.table(VERDICT_HEADS, table_rows(f.recs), [css_class(r["verdict"]) for r in f.recs])
+    d.h(3, "Side by side")
+    d.table(
+        ["measure", "managed (95% CI)", "unmanaged (95% CI)", "n managed / unmanaged"],
+        side_by_side(f.recs),
+    )
+    for r in f.recs:
+        note = f" Note: {r['note']}" if r.get("note") else ""
+        d.p(f"{f.title(r)} ({r['arm']}): {r['method']}.{note}")
+
+
+def _method(d: Doc, f: Facts) -> None:
+    for title, text in method_lines(f.plan, f.frames["trials"], f.frames["utilization"]):
+        d.h(3, title)
+        d.p(text)
+
+
+def _measured_and_extrapolated(d: Doc, f: Facts) -> None:
+    measured = [r for r in f.recs if r["basis"] == "measured"]
+    d.p("Measured: " + ", ".join(f"{f.title(r)} ({r['arm']})" for r in measured) + ".")
+    shown: set[str | None] = set()
+    for r in f.recs:
+        if r["basis"] != "extrapolated":
+            continue
+        d.h(3, f"{f.title(r)}: {number(r['value'], r['unit'])} (extrapolated)")
+        d.p(r["method"])
+        if r.get("inputs") in shown:  # the extrapolations share one set of inputs
+            d.p("Inputs: as above.")
+            continue
+        shown.add(r.get("inputs"))
+        pretty = json.loads(r["inputs"]) if r.get("inputs") else {}
+        d.pre(json.dumps(pretty, indent=1, sort_keys=True, default=str, ensure_ascii=False))
+
+
+def _six_mistakes(d: Doc, f: Facts) -> None:
+    d.table(
+        ["gate", "result", "why", "rows looked at"],
+        [
+            [
+                m["title"],
+                "passed" if m["passed"] else "FAILED",
+                m["reason"],
+                "; ".join(
+                    f"{x['dataset']}: {x['rows']} rows, runs {', '.join(x['run_ids']) or '—'}"
+                    for x in m["rows"]
+                ),
+            ]
+            for m in f.mistakes
+        ],
+        ["met" if m["passed"] else "not-met" for m in f.mistakes],
+    )
+
+
+def _baseline(d: Doc, f: Facts) -> None:
+    exposure = f.frames["exposure"]
+    if exposure.empty:
+        d.p("No baseline exposure rows.")
+        return
+    latest = exposure.sort_values("computed_at")["run_id"].iloc[-1]
+    ex = exposure[exposure["run_id"] == latest]
+    states = ex[ex["kind"] == "state"]
+    d.p(
+        f"Latest baseline run {latest}: {number(float(states['exposed_gpu_hours'].sum()))} "
+        f"exposed GPU-hours of {number(float(states['gpu_hours'].sum()))} GPU-hours "
+        f"({int(states['exposed_allocations'].sum())} exposed allocations)."
+    )
+    d.table(
+        ["state", "allocations", "GPU-hours", "exposed GPU-hours", "time-limit GPU-hours"],
+        [
+            [
+                s.state,
+                s.allocations,
+                number(s.gpu_hours),
+                number(s.exposed_gpu_hours),
+                number(s.timeout_gpu_hours),
+            ]
+            for s in states.itertuples()
+        ],
+    )
+    cands = ex[ex["kind"] == "candidate"].sort_values("rank")
+    d.h(3, "Candidate workloads")
+    d.table(
+        ["rank", "workload", "allocations", "exposed GPU-hours", "chains"],
+        [
+            [c.rank, c.workload, c.allocations, number(c.exposed_gpu_hours), c.chains]
+            for c in cands.itertuples()
+        ],
+    )
+
+
+def _way_out(d: Doc, f: Facts) -> None:
+    latest = f.latest_exit
+    d.p(f"Exit verdict: {f.exit_state}.")
+    d.table(
+        ["node", "from", "to", "verdict", "leftovers", "items compared", "diffed at", "run"],
+        [
+            [
+                v.node,
+                v.from_phase,
+                v.to_phase,
+                v.verdict,
+                v.leftovers,
+                v.items_compared,
+                pd.Timestamp(v.diffed_at).isoformat(),
+                v.run_id,
+            ]
+            for v in latest.itertuples()
+        ],
+    )
+    if not len(latest):
+        return
+    diff = read_dataset(EXIT_DIFF, data_dir=f.data_dir, poc=f.plan.poc)
+    diff = diff[diff["run_id"].isin(set(latest["run_id"]))]
+    d.h(3, "Leftovers")
+    d.table(
+        ["node", "kind", "key", "change", "before", "after"],
+        [[x.node, x.kind, x.key, x.change, x.before, x.after] for x in diff.itertuples()],
+    )
+
+
+def _change_points_and_gaps(d: Doc, f: Facts) -> None:
+    d.table(CHANGE_HEADS, change_rows(f.change_points))
+    gaps = f.frames["sample_gaps"]
+    gaps = gaps.drop_duplicates(["node", "source", "entity", "metric", "t_from"])
+    d.h(3, "Sample gaps")
+    d.table(
+        ["node", "source", "metric", "from", "to", "seconds", "reason"],
+        [
+            [
+                g.node,
+                g.source,
+                g.metric if isinstance(g.metric, str) else "all",
+                pd.Timestamp(g.t_from).isoformat(),
+                pd.Timestamp(g.t_to).isoformat(),
+                f"{g.gap_s:.0f}",
+                g.reason,
+            ]
+            for g in gaps.sort_values("t_from").itertuples()
+        ],
+    )
+
+
+def _weeks(d: Doc, f: Facts) -> None:
+    d.p(
+        "Each week's verdict of the plan-judged measures, as that week's report computed it "
+        f"(past weeks' CIs with {HISTORY_RESAMPLES} resamples)."
+    )
+    history = []
+    for w in f.weeks:
+        wrows = (
+            f.rows
+            if w == f.week
+            else weekly_report_rows(f.plan, f.frames, w, n_resamples=HISTORY_RESAMPLES)[0]
+        )
+        wrec = {(r["measure"], r["arm"]): r for r in records(wrows)}
+        cells = [w]
+        for m in VERDICT_MEASURES:
+            r = wrec.get((m, "managed")) or wrec.get((m, "both"))
+            cells.append(f"{number(r['value'], r['unit'])} {r['verdict']}" if r else "—")
+        history.append(cells)
+    d.table(["week", *VERDICT_MEASURES], history)
+
+
+def _lineage(d: Doc, f: Facts) -> None:
+    d.p(
+        "Every figure with the runs and parquet files it comes from: read them with pandas or "
+        "DuckDB and the dataset declarations (tasks/data/datasets.py) to redo it."
+    )
+    lineage = []
+    for r in f.recs:
+        dataset = FIGURE_SOURCES.get(r["measure"], ("trials", None))[0]
+        used = files_of(f.files, r["run_ids"], dataset)
+        if r["basis"] == "extrapolated":
+            used += files_of(f.files, r["run_ids"], "exposure")
+        if r["measure"] == "exit_leftovers":
+            used += files_of(f.files, r["run_ids"], "exit_diff")
+        lineage.append(
+            [
+                f"{f.title(r)} ({r['arm']})",
+                ", ".join(r["run_ids"]) or "—",
+                "\n".join(sorted(set(used))) or "—",
+            ]
+        )
+    d.table(["figure", "runs", "files"], lineage)
+
+
+# The sections in order, each under its heading; SECTIONS are the headings (the test checks
+# each is in the HTML and the PDF text).
+WRITERS: tuple[tuple[str, Callable[[Doc, Facts], None]], ...] = (
+    ("Verdicts", _verdicts),
+    ("Measures against the plan", _measures),
+    ("Method", _method),
+    ("Measured and extrapolated", _measured_and_extrapolated),
+    ("The six mistakes", _six_mistakes),
+    ("Baseline", _baseline),
+    ("The way out", _way_out),
+    ("Change points and gaps", _change_points_and_gaps),
+    ("Weeks", _weeks),
+    ("Lineage", _lineage),
+)
+SECTIONS = tuple(title for title, _ in WRITERS)
+
+
+def write_document(f: Facts) -> Doc:
+    """The record's blocks: the heading, then every section under its h2."""
+    d = Doc()
+    heading(d, f)
+    for title, write in WRITERS:
+        d.h(2, title)
+        write(d, f)
+    return d

@@ -1,0 +1,152 @@
+"""What the record reads: the weeks with data, the rows and files behind each figure, the
+per-arm cold-start clocks and the way out's latest state."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tasks.data.runs import committed_runs
+from tasks.experiments.stats import bootstrap_ci
+from tasks.window.weekly.model import ok_trials
+from tasks.window.weekly.segments import week_label, weeks_between
+
+# The cold-start clocks, computed here per arm (the weekly rows carry only their ratio).
+COLD_START_CLOCKS = {"unmanaged": "cold_start_native_s", "managed": "cold_start_restore_s"}
+# The rows of the weekly report each figure comes from: (dataset, trials.measure or None).
+FIGURE_SOURCES: dict[str, tuple[str, str | None]] = {
+    "recovery_s": ("trials", "recovery"),
+    "work_lost_gpu_h": ("trials", "recovery"),
+    "overhead_pct": ("trials", "overhead"),
+    "cold_start_speedup": ("trials", "cold_start"),
+    "cold_start_native_s": ("trials", "cold_start"),
+    "cold_start_restore_s": ("trials", "cold_start"),
+    "checkpoint_dump_s": ("trials", "checkpoint"),
+    "checkpoint_freeze_s": ("trials", "checkpoint"),
+    "goodput": ("utilization", None),
+    "utilization": ("utilization", None),
+    "goodput_gain": ("utilization", None),
+    "checkpoint_interval_s": ("trials", None),
+    "waste_fraction": ("trials", None),
+    "goodput_gain_expected": ("trials", None),
+    "exit_leftovers": ("exit_verdicts", None),
+}
+
+
+def week_col(df: pd.DataFrame, col: str) -> pd.Series:
+    """ISO week labels of a timestamp column, nulls dropped."""
+    return df[col].dropna().map(lambda t: week_label(pd.Timestamp(t).to_pydatetime()))
+
+
+def data_weeks(frames: Mapping[str, pd.DataFrame]) -> list[str]:
+    """Every ISO week from the first to the last that has trials or utilization rows."""
+    labels: set[str] = set()
+    if len(frames["trials"]):
+        labels |= set(week_col(frames["trials"], "started_at"))
+    if len(frames["utilization"]):
+        labels |= set(frames["utilization"]["week"].dropna().astype(str))
+    return weeks_between(min(labels), max(labels)) if labels else []
+
+
+def distinct(series: pd.Series) -> list[str]:
+    return sorted(map(str, series.dropna().unique()))
+
+
+def cold_start_rows(
+    trials: pd.DataFrame, week: str, segment: int, n_resamples: int
+) -> list[dict[str, Any]]:
+    """The two cold-start clocks per arm: median ready_s with a bootstrap CI (info rows: the
+    plan judges their ratio, the speed-up)."""
+    rows = []
+    for arm, measure in COLD_START_CLOCKS.items():
+        ready = ok_trials(trials, "cold_start", arm)["ready_s"].dropna().to_numpy(float)
+        ready = ready[ready > 0]
+        lo, hi = bootstrap_ci(ready, np.median, n_resamples=n_resamples) if len(ready) else (0, 0)
+        rows.append(
+            {
+                "week": week,
+                "measure": measure,
+                "arm": arm,
+                "n": len(ready),
+                "value": float(np.median(ready)) if len(ready) else None,
+                "ci_low": float(lo) if len(ready) else None,
+                "ci_high": float(hi) if len(ready) else None,
+                "unit": "s",
+                "method": "median ready_s of ok cold-start trials to date; 95% CI percentile "
+                f"bootstrap, {n_resamples} resamples, seed 0",
+                "basis": "measured",
+                "inputs": None,
+                "threshold": None,
+                "verdict": "info" if len(ready) else "no data",
+                "note": "",
+                "segment": segment,
+                "criterion": None,
+            }
+        )
+    return rows
+
+
+def source_rows(
+    measure: str, arm: str, frames: Mapping[str, pd.DataFrame], weeks_to_date: Sequence[str]
+) -> pd.DataFrame:
+    """The rows a figure is computed from (for its weeks and lineage)."""
+    dataset, trial_measure = FIGURE_SOURCES.get(measure, ("trials", None))
+    df = frames[dataset]
+    if dataset == "trials":
+        df = df[df["status"] == "ok"]
+        if trial_measure:
+            df = df[df["measure"] == trial_measure]
+        df = df[week_col(df, "started_at").reindex(df.index).isin(weeks_to_date)]
+    elif dataset == "utilization":
+        df = df[df["week"].isin(weeks_to_date)]
+    if arm in ("managed", "unmanaged") and "arm" in df.columns:
+        df = df[df["arm"] == arm]
+    return df
+
+
+def weeks_of(df: pd.DataFrame) -> int:
+    if "started_at" in df.columns:
+        return int(week_col(df, "started_at").nunique())
+    if "week" in df.columns:
+        return int(df["week"].nunique())
+    if "diffed_at" in df.columns:
+        return int(week_col(df, "diffed_at").nunique())
+    return 0
+
+
+def verdict_of(row: Mapping[str, Any] | None) -> str:
+    if row is None:
+        return "no data"
+    # A row a failed gate blocks decides nothing yet: more (gated) runs decide it.
+    return "undecided" if row["verdict"] == "blocked" else str(row["verdict"])
+
+
+def files_by_run(data_dir: str | Path, poc: str) -> dict[str, list[str]]:
+    root = Path(data_dir) / poc
+    return {
+        run_id: [str(root / f) for f in rec.get("files", [])]
+        for run_id, rec in committed_runs(data_dir, poc).items()
+    }
+
+
+def files_of(files: Mapping[str, list[str]], runs: Sequence[str], dataset: str) -> list[str]:
+    return [f for r in runs for f in files.get(r, []) if Path(f).parts[-3] == dataset]
+
+
+def week_trials(frames: Mapping[str, pd.DataFrame], seg_weeks: Sequence[str]) -> pd.DataFrame:
+    """The trials started in ``seg_weeks``."""
+    t = frames["trials"]
+    return t[week_col(t, "started_at").reindex(t.index).isin(seg_weeks).to_numpy()]
+
+
+def exit_state(verdicts: pd.DataFrame) -> tuple[str, pd.DataFrame]:
+    """'not tried', 'clean' or 'leftovers: N', and each node's newest exit verdict."""
+    if verdicts.empty:
+        return "not tried", verdicts
+    latest = verdicts.sort_values("diffed_at").groupby("node", as_index=False).last()
+    leftovers = int(latest["leftovers"].sum())
+    return ("clean" if leftovers == 0 else f"leftovers: {leftovers}"), latest
