@@ -9,9 +9,8 @@ from prefect.cache_policies import NO_CACHE
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.baseline.run import BaselineResult, run_baseline
-from tasks.data.errors import GateFailed
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.experiments.report import baseline_markdown, exposure_rows
 
 
@@ -25,9 +24,10 @@ def measure_exposure(
     delimiter: str | None,
     sacct_format: str | None = None,
 ) -> BaselineResult:
-    ctx = make_run_context(plan, plan_path, stage="baseline")
-    try:
-        result = run_baseline(
+    # Committed once jobs, quarantine, exposure and gates are all written; a failed gate
+    # commits it as refused (its gate rows are the record).
+    with open_run(plan, plan_path, "baseline") as ctx:
+        return run_baseline(
             plan,
             ctx,
             sacct_file=sacct_file,
@@ -36,11 +36,6 @@ def measure_exposure(
             delimiter=delimiter.encode() if delimiter else None,
             sacct_format=sacct_format,
         )
-    except GateFailed as exc:
-        ctx.commit(f"refused: gate {exc.gate!r} failed")  # its gate rows are the record
-        raise
-    ctx.commit()  # jobs, quarantine, exposure and gates are all written: visible now
-    return result
 
 
 def publish_exposure(result: BaselineResult) -> None:

@@ -16,7 +16,7 @@ from flows.common import (
 )
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.experiments.checkpoints import summarise_checkpoints
 from tasks.experiments.cold_start import (
     cold_start_gate_checks,
@@ -31,11 +31,13 @@ from tasks.experiments.trials import write_and_gate
 def time_native_and_restored_starts(
     plan: Plan, plan_path: str, repeats: int | None, timeout_s: float, wait_for_nodes: bool
 ) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path, stage="cold_start")
-    with experiment_holding_nodes(plan, ctx, wait_for_nodes):
-        run = run_cold_start(plan, ctx, repeats=repeats, timeout_s=timeout_s)
-    log_failures(run.failures, "start")
-    files = write_and_gate(run.trials, ctx, "cold_start", cold_start_gate_checks(run.trials, plan))
+    with open_run(plan, plan_path, "cold_start") as ctx:
+        with experiment_holding_nodes(plan, ctx, wait_for_nodes):
+            run = run_cold_start(plan, ctx, repeats=repeats, timeout_s=timeout_s)
+        log_failures(run.failures, "start")
+        files = write_and_gate(
+            run.trials, ctx, "cold_start", cold_start_gate_checks(run.trials, plan)
+        )
     plot = plot_restore_throughput(run.trials, run.summary, run.run_dir / "restore-throughput.png")
     rows = run.trials[run.trials["measure"] == "cold_start"]
     return {

@@ -16,7 +16,6 @@ from tasks.data.errors import CkptPocError
 from tasks.data.locks import hold_nodes
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-from tasks.data.runs import forget_if_empty
 
 
 def _poc_of(plan_path: str) -> str:
@@ -75,20 +74,15 @@ def failure_reported_as(key: str, title: str) -> Iterator[None]:
 @contextlib.contextmanager
 def experiment_holding_nodes(plan: Plan, ctx: RunContext, wait: bool) -> Iterator[None]:
     """Run an experiment holding the plan's nodes (tasks.data.locks): a second run waits, saying
-    for whom, or refuses when ``wait`` is False. A run that fails before writing anything
-    leaves no live marker behind."""
-    logger = get_run_logger()
-    try:
-        with hold_nodes(
-            plan.cluster.kind,
-            list(plan.cluster.nodes),
-            poc=ctx.poc,
-            run_id=ctx.run_id,
-            stage=ctx.stage,
-            wait=wait,
-            notify=logger.warning,
-        ):
-            yield
-    except CkptPocError:
-        forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)
-        raise
+    for whom, or refuses when ``wait`` is False (the run's journal, open_run, then leaves no
+    trace of a run that wrote nothing)."""
+    with hold_nodes(
+        plan.cluster.kind,
+        list(plan.cluster.nodes),
+        poc=ctx.poc,
+        run_id=ctx.run_id,
+        stage=ctx.stage,
+        wait=wait,
+        notify=get_run_logger().warning,
+    ):
+        yield

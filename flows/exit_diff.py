@@ -10,23 +10,18 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.exit.exit_diff import exit_diff as diff_nodes
 from tasks.exit.exit_diff import leftovers_markdown, verdict_line
 
 
 @task(name="diff_snapshots", cache_policy=NO_CACHE)
 def diff_task(plan: Plan, plan_path: str, from_phase: str, to_phase: str) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path, stage="exit_diff")
-    try:
+    with open_run(plan, plan_path, "exit_diff", commit_refusals=True) as ctx:
         result = diff_nodes(plan, ctx, from_phase, to_phase)
-    except CkptPocError as exc:
-        ctx.commit(f"refused: {str(exc)[:300]}")
-        raise
-    # The verdict is in the commit record too: a clean diff writes no exit_diff row.
-    ctx.commit(f"exit verdict: {verdict_line(result)}")
+        # The verdict is in the commit record too: a clean diff writes no exit_diff row.
+        ctx.ends_as(f"exit verdict: {verdict_line(result)}")
     return {**result, "run_id": ctx.run_id}
 
 

@@ -18,26 +18,19 @@ from flows.common import experiment_holding_nodes, failure_reported_as, run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
-from tasks.data.runctx import RunContext, make_run_context
-from tasks.data.runs import committed_runs
+from tasks.data.runctx import RunContext, open_run
+from tasks.poc.progress import GateRefused, refusal_before
 
 
-def check_ready_to_install(plan: Plan, data_dir: str) -> None:
-    """A committed baseline and a committed `before_install` snapshot of every plan node."""
-    from tasks.exit.snapshots import latest_snapshot
-
-    problems = []
-    runs = committed_runs(data_dir, plan.poc).values()
-    if not any(r.get("stage") == "baseline" for r in runs):
-        problems.append("no committed baseline run: run `ckpt-poc baseline PLAN` first")
-    for node in plan.cluster.nodes:
-        if latest_snapshot(data_dir, plan.poc, node, "before_install") is None:
-            problems.append(
-                f"no committed before_install snapshot of {node}: run "
-                "`ckpt-poc snapshot PLAN --phase before_install` first"
-            )
-    if problems:
-        raise CkptPocError("install refused:\n" + "\n".join(f"  - {p}" for p in problems))
+def check_ready_to_install(plan: Plan) -> None:
+    """The install's gate, the registry's (tasks/poc/stages.py): a committed baseline and a
+    whole `before_install` snapshot of every plan node."""
+    why = refusal_before(plan, plan.data_dir, "install")
+    if why:
+        raise GateRefused(
+            f"install refused: {why}\n  (run the stages before it first: "
+            "`ckpt-poc poc PLAN --until before_install`)"
+        )
 
 
 def snapshot_all(plan: Plan, ctx: RunContext, phase: str) -> None:
@@ -57,12 +50,13 @@ def install(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
 
     plan = ensure_plan_is_valid(plan_path)
     with failure_reported_as("install-report", "Install"):
-        check_ready_to_install(plan, str(plan.data_dir))
-        ctx = make_run_context(plan, plan_path, stage="install")
-        with experiment_holding_nodes(plan, ctx, wait_for_nodes):
+        check_ready_to_install(plan)
+        with (
+            open_run(plan, plan_path, "install") as ctx,
+            experiment_holding_nodes(plan, ctx, wait_for_nodes),
+        ):
             done = inst.install(plan, ctx)
             snapshot_all(plan, ctx, "after_install")
-        ctx.commit()
     create_markdown_artifact(
         key="install-report",
         markdown=f"# Install of {plan.checkpointer.kind} ({plan.poc})\n\n{_lines(done)}\n",
@@ -77,10 +71,11 @@ def opt_in(plan_path: str, workload: str | None = None) -> dict[str, Any]:
     from tasks.exit import install as inst
 
     plan = ensure_plan_is_valid(plan_path)
-    with failure_reported_as("opt-in-report", "Opt-in"):
-        ctx = make_run_context(plan, plan_path, stage="opt_in")
+    with (
+        failure_reported_as("opt-in-report", "Opt-in"),
+        open_run(plan, plan_path, "opt_in") as ctx,
+    ):
         record = inst.opt_in(plan, ctx, workload)
-        ctx.commit()
     how = record.get("sbatch_args") or ["managed arm"]
     create_markdown_artifact(
         key="opt-in-report",
@@ -103,22 +98,26 @@ def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
     logger = get_run_logger()
     plan = ensure_plan_is_valid(plan_path)
     with failure_reported_as("uninstall-report", "Uninstall"):
-        ctx = make_run_context(plan, plan_path, stage="uninstall")
-        with experiment_holding_nodes(plan, ctx, wait_for_nodes):
+        failed: CkptPocError | None = None
+        with (
+            open_run(plan, plan_path, "uninstall") as ctx,
+            experiment_holding_nodes(plan, ctx, wait_for_nodes),
+        ):
             try:
                 steps = inst.uninstall(plan, ctx)
+            except CkptPocError as exc:
+                failed = exc  # raised once the run is committed: its snapshot says what is left
             finally:
                 # Whatever uninstall left, the snapshot and the diff say it.
                 snapshot_all(plan, ctx, "after_uninstall")
-                ctx.commit()
+        if failed is not None:
+            raise failed
         # Its own run (and commit record): one per run id, and this flow run's id is the
         # uninstall's; `poc` reads both stages from their commit records.
-        diff_ctx = make_run_context(
-            plan, plan_path, run_id=f"{ctx.run_id}-exit-diff", stage="exit_diff"
-        )
-        diff = exit_diff(plan, diff_ctx, "before_install", "after_uninstall")
-        verdict = verdict_line(diff)
-        diff_ctx.commit(f"exit verdict: {verdict}")
+        with open_run(plan, plan_path, "exit_diff", run_id=f"{ctx.run_id}-exit-diff") as diff_ctx:
+            diff = exit_diff(plan, diff_ctx, "before_install", "after_uninstall")
+            verdict = verdict_line(diff)
+            diff_ctx.ends_as(f"exit verdict: {verdict}")
     n = len(diff["leftovers"])
     logger.info("exit verdict: %s", verdict)
     rows = "\n".join(

@@ -16,7 +16,7 @@ from flows.common import (
 )
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.experiments.checkpoints import summarise_checkpoints
 from tasks.experiments.overhead import (
     overhead_gate_checks,
@@ -31,13 +31,13 @@ from tasks.experiments.trials import write_and_gate
 def time_interleaved_runs(
     plan: Plan, plan_path: str, pairs: int | None, timeout_s: float, wait_for_nodes: bool
 ) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path, stage="overhead")
-    with experiment_holding_nodes(plan, ctx, wait_for_nodes):
-        run = run_overhead(plan, ctx, pairs=pairs, timeout_s=timeout_s)
-    log_failures(run.failures, "run")
-    files = write_and_gate(
-        run.trials, ctx, "overhead", overhead_gate_checks(run.trials, plan, run.events)
-    )
+    with open_run(plan, plan_path, "overhead") as ctx:
+        with experiment_holding_nodes(plan, ctx, wait_for_nodes):
+            run = run_overhead(plan, ctx, pairs=pairs, timeout_s=timeout_s)
+        log_failures(run.failures, "run")
+        files = write_and_gate(
+            run.trials, ctx, "overhead", overhead_gate_checks(run.trials, plan, run.events)
+        )
     rows = run.trials[run.trials["measure"] == "overhead"]
     return {
         "poc": ctx.poc,

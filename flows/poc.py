@@ -11,8 +11,7 @@ sampled week as the window (flows/short_window.py), so it runs to the decision r
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
+import importlib
 from typing import Any
 
 from prefect import flow, get_run_logger
@@ -21,17 +20,8 @@ from prefect.artifacts import create_markdown_artifact
 from flows.common import run_name
 from flows.short_window import start_sampler, stop_sampler
 from tasks.data.plan import load_plan
-from tasks.poc.progress import (
-    STAGES,
-    WINDOW_DEPLOYMENTS,
-    GateRefused,
-    first_not_done,
-    next_stage,
-    poc_state,
-    state_lines,
-)
-
-RECORD_FLOW = Path(__file__).resolve().parent / "record.py"
+from tasks.poc.progress import GateRefused, first_not_done, next_stage, poc_state, state_lines
+from tasks.poc.stages import STAGE_NAMES, WINDOW_DEPLOYMENTS, stage
 
 
 def activate_window(
@@ -59,88 +49,14 @@ def activate_window(
     return {"activated": activated, "missing": missing}
 
 
-def _record_hook(plan_path: str) -> Any:
-    """HOOK: the decision record (flows/record.py, another worker's) once it exists."""
-    if not RECORD_FLOW.exists():
-        raise GateRefused("record: flows/record.py does not exist yet (the decision record)")
-    from flows.record import record  # type: ignore[import-not-found]
-
-    return record(plan_path)
-
-
-def _runners(plan_path: str) -> dict[str, Callable[[], Any]]:
-    """Each stage's flow, called as a subflow (imported lazily: each pulls its own deps)."""
-
-    def baseline() -> Any:
-        from flows.baseline import baseline as f
-
-        return f(plan_path)
-
-    def before_install() -> Any:
-        from flows.snapshot import snapshot as f
-
-        return f(plan_path, phase="before_install")
-
-    def install() -> Any:
-        from flows.install import install as f
-
-        return f(plan_path)
-
-    def opt_in() -> Any:
-        from flows.install import opt_in as f
-
-        return f(plan_path)
-
-    def recovery() -> Any:
-        from flows.recovery import recovery as f
-
-        return f(plan_path)
-
-    def overhead() -> Any:
-        from flows.overhead import overhead as f
-
-        return f(plan_path)
-
-    def cold_start() -> Any:
-        from flows.cold_start import cold_start as f
-
-        return f(plan_path)
-
-    def weekly_report() -> Any:
-        # Goodput per arm first: the report's utilization rows are read from it.
-        from flows.utilization import utilization
-        from flows.weekly_report import weekly_report as f
-
-        utilization(plan_path)
-        return f(plan_path)
-
-    def uninstall() -> Any:
-        from flows.install import uninstall as f
-
-        return f(plan_path)
-
-    def exit_diff() -> Any:
-        from flows.exit_diff import exit_diff as f
-
-        return f(plan_path, "before_install", "after_uninstall")
-
-    return {
-        "baseline": baseline,
-        "before_install": before_install,
-        "install": install,
-        "opt_in": opt_in,
-        "recovery": recovery,
-        "overhead": overhead,
-        "cold_start": cold_start,
-        "weekly_report": weekly_report,
-        "uninstall": uninstall,
-        "exit_diff": exit_diff,
-        "record": lambda: _record_hook(plan_path),
-    }
-
-
-# The stages that run both arms: the short window samples beside them.
-COMPARISONS = ("recovery", "overhead", "cold_start")
+def run_stage(name: str, plan_path: str) -> Any:
+    """The stage's flows (the registry's), called in order as subflows; the last one's result
+    is the stage's. Imported lazily: each pulls its own dependencies."""
+    result: Any = None
+    for call in stage(name).flows:
+        function = getattr(importlib.import_module(call.module), call.function)
+        result = function(plan_path, **call.kwargs)
+    return result
 
 
 @flow(name="poc", flow_run_name=run_name("poc"), log_prints=True)
@@ -152,14 +68,13 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
     from flows.plan_check import plan_check
 
     logger = get_run_logger()
-    if until is not None and until not in STAGES:
-        raise GateRefused(f"--until {until!r}: not a stage; one of {', '.join(STAGES)}")
+    if until is not None and until not in STAGE_NAMES:
+        raise GateRefused(f"--until {until!r}: not a stage; one of {', '.join(STAGE_NAMES)}")
     plan_check(plan_path)  # gate 0: nothing runs on an invalid plan (its own message)
     plan = load_plan(plan_path, check_cluster=False)
-    runners = _runners(plan_path)
     ran: list[str] = ["plan_check"]
     skipped: list[str] = []
-    stop = until or STAGES[-1]
+    stop = until or STAGE_NAMES[-1]
     result: dict[str, Any] = {"poc": plan.poc, "ran": ran, "skipped": skipped}
     weeks = 1 if short_window else None
 
@@ -169,37 +84,39 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
     first = state_now()
     # Done before this run started: skipped (that is what makes a re-run idempotent).
     skipped += [
-        s for s in STAGES[1 : STAGES.index(stop) + 1] if first["stages"][s]["status"] == "done"
+        s
+        for s in STAGE_NAMES[1 : STAGE_NAMES.index(stop) + 1]
+        if first["stages"][s]["status"] == "done"
     ]
     sampler = None
     try:
         while True:
             state = state_now()
-            stage = next_stage(state, stop, ran)  # raises, with why, at a gate not passed
-            if sampler is not None and stage not in COMPARISONS:
+            name = next_stage(state, stop, ran)  # raises, with why, at a gate not passed
+            if sampler is not None and (name is None or not stage(name).compares_arms):
                 _stop_short_window(sampler)
                 sampler = None
                 state = state_now()
-                stage = next_stage(state, stop, ran)
-            if stage is None:
+                name = next_stage(state, stop, ran)
+            if name is None:
                 result.update(
                     stopped="complete" if first_not_done(state) is None else f"after {stop}"
                 )
                 break
-            entry = state["stages"][stage]
-            if stage == "window":
+            entry = state["stages"][name]
+            if not stage(name).flows:  # the window: it runs on its schedules, not inline
                 result.update(stopped="window", window=_start_window())
                 break
             window_due = state["stages"]["window"]["status"] != "done"
-            if short_window and sampler is None and stage in COMPARISONS and window_due:
+            if short_window and sampler is None and stage(name).compares_arms and window_due:
                 logger.info("short window: sampling the test nodes while the arms run")
                 sampler = start_sampler(plan_path)
-            logger.info("stage %s is due (%s): running it", stage, entry["why"])
-            outcome = runners[stage]()
-            ran.append(stage)
-            if stage in ("uninstall", "exit_diff") and isinstance(outcome, dict):
+            logger.info("stage %s is due (%s): running it", name, entry["why"])
+            outcome = run_stage(name, plan_path)
+            ran.append(name)
+            if name in ("uninstall", "exit_diff") and isinstance(outcome, dict):
                 result["exit"] = {k: outcome.get(k) for k in ("verdict", "leftovers")}
-            if stage == "record" and isinstance(outcome, dict):
+            if name == "record" and isinstance(outcome, dict):
                 result["record"] = {k: outcome.get(k) for k in ("html", "pdf", "verdicts")}
     finally:
         if sampler is not None:

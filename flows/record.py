@@ -12,19 +12,15 @@ from prefect.cache_policies import NO_CACHE
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
-from tasks.data.runs import forget_if_empty
+from tasks.data.runctx import open_run
 from tasks.poc.record import build_record, record_markdown
 
 
 @task(name="build_record", cache_policy=NO_CACHE)
 def build_record_task(plan: Plan, plan_path: str) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path, stage="record")
-    try:
+    # The record writes files, no dataset rows: nothing to commit (its file is its state).
+    with open_run(plan, plan_path, "record", commits=False) as ctx:
         result = build_record(plan, ctx)
-    finally:
-        # The record writes no dataset rows: nothing to commit, only the live marker to drop.
-        forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)
     return {"poc": ctx.poc, "run_id": ctx.run_id, **result}
 
 

@@ -16,7 +16,7 @@ from flows.common import (
 )
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.experiments.recovery import (
     run_recovery,
     summarise_recovery,
@@ -29,11 +29,11 @@ from tasks.experiments.report import recovery_markdown, recovery_rows
 def inject_faults_and_recover(
     plan: Plan, plan_path: str, timeout_s: float, fault_step: int | None, wait_for_nodes: bool
 ) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path, stage="recovery")
-    with experiment_holding_nodes(plan, ctx, wait_for_nodes):
-        run = run_recovery(plan, ctx, fault_step=fault_step, timeout_s=timeout_s)
-    log_failures(run.failures, "trial")
-    files = write_and_gate(run, plan, ctx)
+    with open_run(plan, plan_path, "recovery") as ctx:
+        with experiment_holding_nodes(plan, ctx, wait_for_nodes):
+            run = run_recovery(plan, ctx, fault_step=fault_step, timeout_s=timeout_s)
+        log_failures(run.failures, "trial")
+        files = write_and_gate(run, plan, ctx)
     trials = run.trials
     return {
         "poc": ctx.poc,

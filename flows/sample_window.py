@@ -11,8 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
-from tasks.data.runs import forget_if_empty
+from tasks.data.runctx import open_run
 from tasks.window.sampling.nodes import sample
 from tasks.window.sampling.span import STAGE
 
@@ -21,12 +20,9 @@ from tasks.window.sampling.span import STAGE
 def sample_span(
     plan: Plan, plan_path: str, span_s: float | None, interval_s: float | None, node: str | None
 ) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path, stage=STAGE)
-    try:
+    # Refused before any row: no trace (open_run); a span ended early commits what it read.
+    with open_run(plan, plan_path, STAGE) as ctx:
         return sample(plan, ctx, span_s=span_s, interval_s=interval_s, node=node)
-    except BaseException:
-        forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)  # refused before any row: no trace
-        raise
 
 
 def sample_markdown(result: dict[str, Any], sampler: str) -> str:

@@ -13,10 +13,8 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import failure_reported_as, run_name
 from flows.plan_check import ensure_plan_is_valid
-from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
-from tasks.data.runs import forget_if_empty
+from tasks.data.runctx import open_run
 from tasks.window.sampling.importer import import_samples
 
 ARTIFACT_KEY = "samples-import"
@@ -32,14 +30,10 @@ class SamplesImported:
 
 @task(name="import_samples", cache_policy=NO_CACHE)
 def import_samples_task(plan: Plan, plan_path: str, file: str, **options: Any) -> SamplesImported:
-    ctx = make_run_context(plan, plan_path, stage="samples_import")
     notes: list[str] = []
-    try:
+    # Refused before writing (a missing column, a node outside the plan): no leftover.
+    with open_run(plan, plan_path, "samples_import") as ctx:
         summary = import_samples(plan, ctx, file, notes=notes, **options)
-    except CkptPocError:
-        # Refused before writing (a missing column, a node outside the plan): no leftover.
-        forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)
-        raise
     return SamplesImported(summary, notes, file, ctx.run_id)
 
 

@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.common import experiment_holding_nodes, run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.engine.side_by_side import ensure_engine_supports, run_side_by_side
 
 
@@ -20,11 +20,11 @@ def run_managed_and_unmanaged(
     plan: Plan, plan_path: str, timeout_s: float, wait_for_nodes: bool
 ) -> dict[str, Any]:
     ensure_engine_supports(plan)
-    ctx = make_run_context(plan, plan_path, stage="side_by_side")
-    with experiment_holding_nodes(plan, ctx, wait_for_nodes):
-        summary = run_side_by_side(plan, ctx, timeout_s=timeout_s).summary()
-    ctx.commit()  # its events are written: the run is complete
-    return summary
+    with (
+        open_run(plan, plan_path, "side_by_side") as ctx,
+        experiment_holding_nodes(plan, ctx, wait_for_nodes),
+    ):
+        return run_side_by_side(plan, ctx, timeout_s=timeout_s).summary()
 
 
 @flow(name="side_by_side", flow_run_name=run_name("side by side"))

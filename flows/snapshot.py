@@ -12,7 +12,7 @@ from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.exit.snapshots import take_snapshots as take_snapshots_of
 
 
@@ -25,9 +25,9 @@ def take_snapshots(plan: Plan, plan_path: str, phase: str, nodes: list[str]) -> 
         raise BlastRadiusError(
             f"node(s) {outside} are not among the plan's nodes {list(plan.cluster.nodes)}"
         )
-    ctx = make_run_context(plan, plan_path, stage="snapshot")
-    summary: dict[str, Any] = {"run_id": ctx.run_id, "phase": phase, "nodes": {}}
-    try:
+    # A refusal is committed even before any row: the record says why no snapshot exists.
+    with open_run(plan, plan_path, "snapshot", commit_refusals=True) as ctx:
+        summary: dict[str, Any] = {"run_id": ctx.run_id, "phase": phase, "nodes": {}}
         for node, df in take_snapshots_of(plan, ctx, phase, nodes).items():
             errors = df[df["kind"] == "error"]
             summary["nodes"][node] = {
@@ -36,11 +36,9 @@ def take_snapshots(plan: Plan, plan_path: str, phase: str, nodes: list[str]) -> 
                 "errors": [f"{r.key}: {r.value}" for r in errors.itertuples()],
                 "kinds": sorted(set(df["kind"]) - {"error", "excluded"}),
             }
-    except CkptPocError as exc:
-        ctx.commit(f"refused: {str(exc)[:300]}")
-        raise
-    partial = {n: s["errors"] for n, s in summary["nodes"].items() if s["partial"]}
-    ctx.commit(f"partial: {sorted(partial)}" if partial else "complete")
+        partial = {n: s["errors"] for n, s in summary["nodes"].items() if s["partial"]}
+        if partial:
+            ctx.ends_as(f"partial: {sorted(partial)}", "partial")
     summary["partial"] = bool(partial)
     return summary
 

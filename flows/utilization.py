@@ -11,7 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.window.utilization import compute_utilization
 
 GPU_HOUR_COLUMNS = (
@@ -37,9 +37,8 @@ COLUMNS = (
 
 @task(name="compute_job_utilization", cache_policy=NO_CACHE)
 def compute_job_utilization(plan: Plan, plan_path: str, week: str | None) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path, stage="utilization")
-    rows = compute_utilization(plan, ctx, week)
-    ctx.commit()
+    with open_run(plan, plan_path, "utilization") as ctx:
+        rows = compute_utilization(plan, ctx, week)
     records = [
         {c: (None if _missing(v) else v) for c, v in row.items() if c in COLUMNS}
         for row in rows.to_dict("records")

@@ -16,7 +16,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.window.weekly import build_weekly_report
 
 
@@ -24,15 +24,14 @@ from tasks.window.weekly import build_weekly_report
 def build_report(
     plan: Plan, plan_path: str, week: str | None, dask_scheduler: str | None
 ) -> dict[str, Any]:
-    ctx = make_run_context(plan, plan_path, stage="weekly_report")
-    if dask_scheduler:  # a window too big for one machine: the samples go to a Dask cluster
-        from distributed import Client
+    with open_run(plan, plan_path, "weekly_report") as ctx:
+        if dask_scheduler:  # a window too big for one machine: the samples go to a Dask cluster
+            from distributed import Client
 
-        with Client(dask_scheduler) as client:
-            result = build_weekly_report(plan, ctx, week, dask_client=client)
-    else:
-        result = build_weekly_report(plan, ctx, week)
-    ctx.commit()
+            with Client(dask_scheduler) as client:
+                result = build_weekly_report(plan, ctx, week, dask_client=client)
+        else:
+            result = build_weekly_report(plan, ctx, week)
     return {"poc": ctx.poc, "run_id": ctx.run_id, **result}
 
 

@@ -19,7 +19,9 @@ import pytest
 from tasks.data.datasets import DATASETS, DatasetSpec, write_dataset
 from tasks.data.plan import Plan, load_plan
 from tasks.data.runs import commit_run, committed_runs
-from tasks.poc.progress import STAGES, WINDOW_DEPLOYMENTS, GateRefused, next_stage, poc_state
+from tasks.poc.progress import GateRefused, next_stage, poc_state
+from tasks.poc.stages import STAGE_NAMES as STAGES
+from tasks.poc.stages import WINDOW_DEPLOYMENTS
 from tests.conftest import REPO
 
 NOW = dt.datetime(2026, 12, 1, 12, tzinfo=dt.UTC)

@@ -18,7 +18,7 @@ import pytest
 
 from tasks.data.datasets import TRIALS, read_dataset
 from tasks.data.plan import load_plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import make_run_context, open_run
 from tasks.engine.clusters.local import LocalCluster
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
 from tasks.engine.preflight import WorkloadDoesNotStart, log_tail, preflight_local
@@ -139,15 +139,17 @@ def test_recovery_stops_after_its_first_trials_fail_alike(
     plan = load_plan(DEMO)
     command = [a if a != "400" else "60" for a in plan.workload.command or []]
     plan = _plan_with_command(tmp_path, command)
-    ctx = make_run_context(plan, DEMO)
-    t0 = time.monotonic()
-    run = run_recovery(plan, ctx, timeout_s=120)
-    assert time.monotonic() - t0 < 60
-    assert run.stopped and "before reaching step 130" in run.stopped, run.stopped
-    assert len(run.trials) == 2 and set(run.trials["status"]) == {"failed"}
-    assert all("step=60" in f["log_tail"] for f in run.failures), run.failures
     # Recorded, then refused: the rows are on disk, and the run ends with the reason.
-    with pytest.raises(RecoveryStopped, match="on both arms failed before any fault"):
+    with (
+        pytest.raises(RecoveryStopped, match="on both arms failed before any fault"),
+        open_run(plan, DEMO, "recovery") as ctx,
+    ):
+        t0 = time.monotonic()
+        run = run_recovery(plan, ctx, timeout_s=120)
+        assert time.monotonic() - t0 < 60
+        assert run.stopped and "before reaching step 130" in run.stopped, run.stopped
+        assert len(run.trials) == 2 and set(run.trials["status"]) == {"failed"}
+        assert all("step=60" in f["log_tail"] for f in run.failures), run.failures
         write_and_gate(run, plan, ctx)
     written = read_dataset(TRIALS, data_dir=Path(plan.data_dir), poc=plan.poc, run_id=ctx.run_id)
     assert len(written[written["measure"] == "recovery"]) == 2

@@ -417,7 +417,7 @@ def test_sample_window_reads_history_from_where_the_last_run_ended(
     Prometheus's own holes are gaps."""
     from tasks.data.datasets import read_dataset
     from tasks.data.plan import load_plan
-    from tasks.data.runctx import make_run_context
+    from tasks.data.runctx import open_run
     from tasks.window.sampling.nodes import sample
 
     metrics = [{"metric": "gpu_utilization", "query": "DCGM_FI_DEV_GPU_UTIL", "unit": "percent"}]
@@ -429,8 +429,10 @@ def test_sample_window_reads_history_from_where_the_last_run_ended(
         }
     )
     plan = load_plan(path)
-    first = sample(plan, make_run_context(plan, path, stage="sample_window"), node="local-a")
-    second = sample(plan, make_run_context(plan, path, stage="sample_window"), node="local-a")
+    with open_run(plan, path, "sample_window") as ctx:
+        first = sample(plan, ctx, node="local-a")
+    with open_run(plan, path, "sample_window") as ctx:
+        second = sample(plan, ctx, node="local-a")
     assert second["from"] == first["to"]
     samples = read_dataset(SAMPLES, data_dir=plan.data_dir, poc=plan.poc)
     gaps = read_dataset(SAMPLE_GAPS, data_dir=plan.data_dir, poc=plan.poc)

@@ -14,7 +14,7 @@ import pytest
 
 from tasks.data.datasets import QUARANTINE, SAMPLE_GAPS, SAMPLES, read_dataset
 from tasks.data.plan import load_plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.data.runs import committed_runs
 from tasks.window.sampling import importer
 from tasks.window.sampling.importer import SampleImportError, import_samples
@@ -49,8 +49,8 @@ def _csv(tmp_path: Path, lines: list[str], name: str = "export.csv") -> Path:
 def _run(write_plan, path: Path, notes: list[str] | None = None, **options):
     plan_path = write_plan()
     plan = load_plan(plan_path, check_cluster=False)
-    ctx = make_run_context(plan, plan_path, stage="samples_import")
-    summary = import_samples(plan, ctx, path, notes=notes, **{**COLUMNS, **options})
+    with open_run(plan, plan_path, "samples_import") as ctx:
+        summary = import_samples(plan, ctx, path, notes=notes, **{**COLUMNS, **options})
     return summary, ctx
 
 

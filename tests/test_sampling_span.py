@@ -25,7 +25,7 @@ from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, read_dataset
 from tasks.data.errors import BlastRadiusError
 from tasks.data.locks import NodesBusy, hold_nodes
 from tasks.data.plan import load_plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.data.runs import committed_runs
 from tasks.engine.clusters.local import LocalCluster
 from tasks.window.sampling.nodes import nodes_to_sample, sample
@@ -48,9 +48,8 @@ def test_procfs_rows_attribute_the_copies_and_keep_the_rest(write_plan, tmp_path
     unmanaged = cluster.start("local-b", "unmanaged", BURN, tag="t1")
     try:
         time.sleep(0.3)
-        result = sample(
-            plan, make_run_context(plan, path, stage="sample_window"), span_s=2.0, interval_s=0.5
-        )
+        with open_run(plan, path, "sample_window") as ctx:
+            result = sample(plan, ctx, span_s=2.0, interval_s=0.5)
     finally:
         for proc in (managed, unmanaged):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -81,21 +80,24 @@ def test_nodes_outside_the_plan_are_refused(write_plan) -> None:
 
 def test_one_sampler_per_node(write_plan) -> None:
     plan, path = _plan(write_plan)
-    ctx = make_run_context(plan, path, stage="sample_window")
     held = hold_nodes("local-sampler", ["local-a"], poc=plan.poc, run_id="other", stage="x")
-    with held, pytest.raises(NodesBusy, match="local-a"):
+    with (
+        held,
+        pytest.raises(NodesBusy, match="local-a"),
+        open_run(plan, path, "sample_window") as ctx,
+    ):
         sample(plan, ctx, span_s=0.5, interval_s=0.25)
 
 
 SAMPLER = """
 import sys
 from tasks.data.plan import load_plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import open_run
 from tasks.window.sampling.nodes import sample
 plan = load_plan(sys.argv[1])
-ctx = make_run_context(plan, sys.argv[1], stage="sample_window")
-print("started", flush=True)
-sample(plan, ctx, span_s=float(sys.argv[2]), interval_s=0.05, flush_s=0.2)
+with open_run(plan, sys.argv[1], "sample_window") as ctx:
+    print("started", flush=True)
+    sample(plan, ctx, span_s=float(sys.argv[2]), interval_s=0.05, flush_s=0.2)
 """
 
 

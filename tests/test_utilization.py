@@ -16,7 +16,7 @@ import pytest
 from tasks.data.datasets import EVENTS, UTILIZATION, read_dataset, write_dataset
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Fault, load_plan
-from tasks.data.runctx import make_run_context
+from tasks.data.runctx import make_run_context, open_run
 from tasks.window.utilization import (
     CATEGORIES,
     chain_events,
@@ -484,9 +484,10 @@ def test_real_recovery_events_add_up_and_managed_loses_less(
     plan = load_plan(plan_path).model_copy(
         update={"data_dir": str(tmp_path / "data"), "faults": [Fault(kind="sigkill")], "repeats": 2}
     )
-    ctx = make_run_context(plan, plan_path, stage="recovery")
-    run = run_recovery(plan, ctx)
-    write_and_gate(run, plan, ctx)  # commits the run: its events are readable now
+    with open_run(plan, plan_path, "recovery") as ctx:
+        run = run_recovery(plan, ctx)
+        write_and_gate(run, plan, ctx)
+    # committed on leaving open_run: its events are readable now
     trials = run.trials[run.trials["measure"] == "recovery"]
     assert (trials["status"] == "ok").all(), run.failures
 

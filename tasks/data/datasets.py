@@ -24,14 +24,15 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from tasks.data.arms import ARMS
 from tasks.data.errors import DatasetError
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.plan import SAMPLE_UNITS, SNAPSHOT_KINDS
 from tasks.data.runs import committed_run_ids, run_id_of
 from tasks.data.slurm_states import SLURM_STATES
+from tasks.data.weeks import WEEK_PARTITION
 
 SCHEMA_VERSION = "1"
-WEEK_PARTITION = "week"
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,6 @@ _FP = tuple(
     Column(name, I64 if name in ("fp_cores", "fp_mem_bytes", "fp_gpu_count") else S, False)
     for name in FINGERPRINT_COLUMNS
 )
-ARMS = ("managed", "unmanaged")
 _RUN = (
     Column("poc", S, False, doc="the plan's poc name"),
     Column("run_id", S, False, doc="the run that wrote the row"),

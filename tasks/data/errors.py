@@ -6,6 +6,14 @@ from __future__ import annotations
 class CkptPocError(Exception):
     """Base of every error ckpt-poc raises on purpose."""
 
+    # True for an error that is a verdict on rows the run wrote (a failed gate, a run stopped
+    # early): the run is complete and refused. Other errors mean the run could not finish.
+    refuses_run = False
+
+    def refusal(self) -> str:
+        """The commit record's outcome when this error refuses a run that wrote rows."""
+        return f"refused: {str(self)[:300]}"
+
     def __repr__(self) -> str:
         # Prefect logs a failed run's exception with repr(): "Name: message" keeps the
         # message's lines as lines in the UI instead of one quoted string with "\n"s.
@@ -35,10 +43,15 @@ class DatasetError(CkptPocError):
 class GateFailed(CkptPocError):
     """A comparability gate failed: the report it guards is blocked."""
 
+    refuses_run = True
+
     def __init__(self, gate: str, failures: list[str]) -> None:
         self.gate = gate
         self.failures = failures
         super().__init__(f"gate {gate!r} failed:\n" + "\n".join(f"  - {f}" for f in failures))
+
+    def refusal(self) -> str:
+        return f"refused: gate {self.gate!r} failed"  # its gate rows are the record
 
 
 class SecretError(CkptPocError):

@@ -1,17 +1,41 @@
-"""The run context: built once per run, passed explicitly, stamped on every row it writes."""
+"""The run context and the run's journal.
+
+A stage's run is opened with ``with open_run(plan, plan_path, stage) as ctx:``; ``ctx`` is built
+once, passed explicitly and stamped on every row the run writes, and the journal closes the run
+whatever happens (the Chaos Toolkit journal pattern: completed in ``finally``). No stage commits
+by hand.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import subprocess
 import uuid
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.data.errors import CkptPocError
 from tasks.data.fingerprint import collect_fingerprint
 from tasks.data.plan import Plan, plan_hash
-from tasks.data.runs import clean_stale_tmp, commit_run, mark_live
+from tasks.data.runs import (
+    RunStatus,
+    clean_stale_tmp,
+    commit_run,
+    forget_if_empty,
+    mark_live,
+)
+
+
+@dataclass
+class RunEnd:
+    """How the run says it ended, read by its journal when the run's block ends normally."""
+
+    outcome: str = "complete"
+    status: RunStatus | None = None
+
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,6 +51,13 @@ class RunContext:
     started_at: dt.datetime
     fingerprint: dict[str, Any]
     stage: str = "unknown"
+    # Mutable on purpose: the stage's code says how it ended; open_run writes it down.
+    end: RunEnd = field(default_factory=RunEnd, compare=False)
+
+    def ends_as(self, outcome: str, status: RunStatus | None = None) -> None:
+        """The outcome the journal commits if the run's block ends normally (default
+        'complete'): e.g. 'stopped early', 'partial: [...]', 'exit verdict: clean'."""
+        self.end.outcome, self.end.status = outcome, status
 
     @property
     def file_metadata(self) -> dict[str, str]:
@@ -42,10 +73,10 @@ class RunContext:
         """The columns every row of this run carries."""
         return {"poc": self.poc, "run_id": self.run_id, **self.fingerprint}
 
-    def commit(self, outcome: str = "complete") -> Path:
-        """Make the run's rows visible to readers: call last, once they are complete and
-        gated (tasks.data.runs)."""
-        return commit_run(self.data_dir, self.poc, self.run_id, self.stage, outcome)
+    def commit(self, outcome: str = "complete", status: RunStatus | None = None) -> Path:
+        """Make the run's rows visible to readers, once they are complete and gated
+        (tasks.data.runs). Stages do not call this: open_run does, last."""
+        return commit_run(self.data_dir, self.poc, self.run_id, self.stage, outcome, status)
 
 
 def current_run_id() -> str:
@@ -92,3 +123,46 @@ def make_run_context(
     mark_live(ctx.data_dir, ctx.poc, ctx.run_id, stage)
     clean_stale_tmp(ctx.data_dir, ctx.poc)
     return ctx
+
+
+@contextlib.contextmanager
+def open_run(
+    plan: Plan,
+    plan_path: str | Path,
+    stage: str,
+    run_id: str | None = None,
+    commit_refusals: bool = False,
+    commits: bool = True,
+) -> Iterator[RunContext]:
+    """One run of ``stage``, from its live marker to its commit record. On leaving the block:
+
+    - normally: committed with the outcome the run set (``ctx.ends_as``; default complete);
+    - on an error that refuses the run's rows (``refuses_run``: a failed gate, a run stopped
+      early), or any CkptPocError with ``commit_refusals`` (a snapshot, an exit diff: the
+      record says why there is none): committed as refused, with the error's refusal line;
+    - on anything else (a workload that does not start, a bug, a cancelled run): forgotten
+      when it wrote nothing; what it wrote stays uncommitted, as a killed run's (`status`
+      reports it, `clean` deletes it).
+
+    ``commits=False``: a run that writes files but no dataset rows (the decision record) is
+    never committed; its live marker is dropped however it ends.
+    """
+    ctx = make_run_context(plan, plan_path, run_id=run_id, stage=stage)
+    if not commits:
+        try:
+            yield ctx
+        finally:
+            forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)
+        return
+    try:
+        yield ctx
+    except CkptPocError as exc:
+        if exc.refuses_run or commit_refusals:
+            ctx.commit(exc.refusal(), "refused")
+        else:
+            forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)
+        raise
+    except BaseException:
+        forget_if_empty(ctx.data_dir, ctx.poc, ctx.run_id)
+        raise
+    ctx.commit(ctx.end.outcome, ctx.end.status)

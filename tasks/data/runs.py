@@ -24,7 +24,13 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+# What a commit record's `status` field says of the run (its `outcome` says why, in words):
+# complete (its rows count), partial (written, but some part could not be read) or refused
+# (written and kept as the record of why, but no stage counts it).
+RunStatus = Literal["complete", "partial", "refused"]
+RUN_STATUSES: tuple[RunStatus, ...] = ("complete", "partial", "refused")
 
 COMMITS = "_commits"
 LIVE = "_live"
@@ -121,9 +127,34 @@ def run_files(data_dir: str | Path, poc: str, run_id: str) -> list[Path]:
     return [p for p in _dataset_files(data_dir, poc) if run_id_of(p) == run_id]
 
 
-def commit_run(data_dir: str | Path, poc: str, run_id: str, stage: str, outcome: str) -> Path:
+def status_of_outcome(outcome: str) -> RunStatus:
+    """The status an outcome line stands for; records written before the `status` field
+    existed are read through this too (their outcome began with the status)."""
+    for status in ("refused", "partial"):
+        if outcome.startswith(status):
+            return status  # type: ignore[return-value]
+    return "complete"
+
+
+def run_status(record: dict[str, Any]) -> RunStatus:
+    """A commit record's status: its field, or (an older record) read from its outcome."""
+    status = record.get("status")
+    if status in RUN_STATUSES:
+        return status  # type: ignore[no-any-return]
+    return status_of_outcome(str(record.get("outcome", "")))
+
+
+def commit_run(
+    data_dir: str | Path,
+    poc: str,
+    run_id: str,
+    stage: str,
+    outcome: str,
+    status: RunStatus | None = None,
+) -> Path:
     """The run is complete: record it with its files (last, atomically) and drop its live
-    marker. ``outcome``: 'complete', or why its result was refused (a failed gate)."""
+    marker. ``outcome``: 'complete', or why its result was refused (a failed gate);
+    ``status``: what the outcome means (read from the outcome's first word when not given)."""
     root = poc_dir(data_dir, poc)
     files = run_files(data_dir, poc, run_id)
     record = root / COMMITS / f"{run_id}.json"
@@ -133,6 +164,7 @@ def commit_run(data_dir: str | Path, poc: str, run_id: str, stage: str, outcome:
             "run_id": run_id,
             "stage": stage,
             "outcome": outcome,
+            "status": status or status_of_outcome(outcome),
             "committed_at": dt.datetime.now(dt.UTC).isoformat(),
             "files": sorted(str(Path(f).relative_to(root)) for f in files),
         },
@@ -228,7 +260,7 @@ def status_summary(data_dir: str | Path, poc: str) -> dict[str, Any]:
     for record in committed_runs(data_dir, poc).values():
         entry = stages.setdefault(record.get("stage", "unknown"), {"runs": 0, "refused": 0})
         entry["runs"] += 1
-        entry["refused"] += str(record.get("outcome", "")).startswith("refused")
+        entry["refused"] += run_status(record) == "refused"
         entry["last_committed_at"] = max(
             entry.get("last_committed_at", ""), str(record.get("committed_at", ""))
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 from tasks.data.errors import CkptPocError
 
@@ -34,3 +35,16 @@ def week_label(t: dt.datetime | dt.date) -> str:
 
 def current_week() -> str:
     return week_label(dt.datetime.now(dt.UTC))
+
+
+# Datasets are hive-partitioned by ISO week: <dataset>/week=YYYY-Www/<run_id>.parquet
+WEEK_PARTITION = "week"
+
+
+def week_of_path(path: str | Path) -> str:
+    """The ``week=YYYY-Www`` partition a dataset file sits in."""
+    parent = Path(path).parent.name
+    prefix = f"{WEEK_PARTITION}="
+    if not parent.startswith(prefix):
+        raise ValueError(f"{path}: not in a {prefix}YYYY-Www partition folder")
+    return parent[len(prefix) :]

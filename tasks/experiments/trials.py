@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from tasks.data.datasets import TRIALS, write_dataset
-from tasks.data.errors import CkptPocError, GateFailed
+from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
@@ -97,12 +97,7 @@ def write_and_gate(
 ) -> list[Path]:
     """Write every row (failed ones too: a run is recorded whatever its gates say), then run
     the `trials` schema's suite and the experiment's comparability rules; a failed check
-    raises GateFailed, which blocks the report."""
+    raises GateFailed, which blocks the report (the run's journal commits it as refused)."""
     files = write_trials(trials, ctx)
-    try:
-        record_and_enforce([*validate_dataset(gate, TRIALS, trials), *rule_checks], ctx)
-    except GateFailed as exc:
-        ctx.commit(f"refused: gate {exc.gate!r} failed")  # complete, and refused
-        raise
-    ctx.commit()
+    record_and_enforce([*validate_dataset(gate, TRIALS, trials), *rule_checks], ctx)
     return files

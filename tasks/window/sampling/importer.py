@@ -569,7 +569,6 @@ def import_samples(
         )
         write_dataset(gaps, SAMPLE_GAPS, metadata=meta, **store)
     quarantined = _write_quarantine(read, path, ctx, store, meta)
-    ctx.commit()  # samples, gaps and quarantine are complete: visible from now on
 
     gap_us = (g_to - g_from).sum() if len(g_from) else 0
     return {

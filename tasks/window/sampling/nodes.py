@@ -157,7 +157,6 @@ def read_prometheus_history(
         writer.gaps.extend(gaps)
         spans[node] = (start.isoformat(), until.isoformat())
     writer.flush()
-    ctx.commit()
     return {
         "run_id": ctx.run_id,
         "nodes": nodes,

@@ -253,7 +253,7 @@ def run_span(
     writer.flush()
     for backend in backends.values():
         backend.close()
-    ctx.commit("complete" if not stop.is_set() else "stopped early")
+    ctx.ends_as("complete" if not stop.is_set() else "stopped early")
     return {
         "run_id": ctx.run_id,
         "nodes": sorted(backends),
