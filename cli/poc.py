@@ -15,7 +15,7 @@ from cli.common import JsonOpt, PlanArg, command_body, err, out, write_json
 from cli.install import run_uninstall
 from cli.status import print_state
 from tasks.baseline.accounting import KEY_ENV
-from tasks.poc.progress import STAGES
+from tasks.poc.stages import STAGE_NAMES as STAGES
 
 DEMO_PLAN = Path(__file__).resolve().parent.parent / "plans" / "demo.yaml"
 

@@ -65,3 +65,133 @@ def test_the_check_sees_a_wrong_way_import(tmp_path: Path) -> None:
     modules = [m for _, m in _imported_modules(bad)]
     assert "tasks.window.weekly" in modules
     assert LAYERS.index(_package("tasks.window.weekly") or "") > LAYERS.index("data")
+
+
+# --- the house's other rules (issue 16) ---------------------------------------------------------
+
+PACKAGES = ("flows", "tasks", "cli")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module → the project modules it imports (at any depth: lazy imports count)."""
+    paths = [p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))]
+    modules = {_module_name(p): p for p in paths}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, imported in _imported_modules(path):
+            # `from a.b import c` names a.b.c when c is a module, else a.b
+            if imported in modules and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected group of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                group.append(top)
+                if top == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_circle_anywhere() -> None:
+    # A package importing its own submodules (an __init__ that lists them) is no circle
+    # unless a submodule imports the package back; both count here.
+    cycles = _cycles(_import_graph())
+    assert not cycles, "import circles:\n" + "\n".join(" ↔ ".join(c) for c in cycles)
+
+
+def test_the_circle_check_sees_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_flows_import_no_cli_and_tasks_no_cli() -> None:
+    wrong = [
+        f"{path.relative_to(REPO)}:{line} imports {module}"
+        for pkg in ("flows", "tasks")
+        for path in sorted((REPO / pkg).rglob("*.py"))
+        for line, module in _imported_modules(path)
+        if module.split(".")[0] == "cli"
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_flows_holds_flows_only() -> None:
+    # Every module in flows/ defines a Prefect flow, or is a helper the flows share.
+    helpers = {"__init__.py", "common.py", "deploy_settings.py", "short_window.py"}
+    without = [
+        p.name
+        for p in sorted((REPO / "flows").glob("*.py"))
+        if p.name not in helpers and "@flow(" not in p.read_text()
+    ]
+    assert not without, f"modules in flows/ without a flow: {without}"
+
+
+def test_every_stage_has_a_flow_a_deployment_and_a_status_line(write_plan) -> None:
+    import importlib
+
+    import yaml
+
+    from tasks.data.plan import load_plan
+    from tasks.poc.progress import poc_state, state_lines
+    from tasks.poc.stages import REGISTRY
+
+    spec = yaml.safe_load((REPO / "prefect.yaml").read_text())
+    entrypoints: dict[str, str] = {}
+    for dep in spec["deployments"]:
+        path, function = dep["entrypoint"].split(":")
+        module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+        flow_name = getattr(module, function).name
+        entrypoints[f"{flow_name}/{dep['name']}"] = dep["entrypoint"]
+    plan = load_plan(write_plan(), check_cluster=False)
+    lines = state_lines(poc_state(plan, plan.data_dir, scheduled=False))
+    for stage in REGISTRY:
+        assert stage.deployment in entrypoints, f"{stage.name}: no deployment {stage.deployment}"
+        for call in stage.flows:
+            function = getattr(importlib.import_module(call.module), call.function)
+            assert hasattr(function, "fn"), f"{stage.name}: {call.target} is not a Prefect flow"
+        if stage.flows:  # the deployment runs the stage's (last) flow
+            last = stage.flows[-1]
+            assert entrypoints[stage.deployment] == (
+                f"{last.module.replace('.', '/')}.py:{last.function}"
+            ), stage.name
+        assert any(line.split()[0] == stage.name for line in lines), f"{stage.name}: no line"
+        assert all(n in {s.name for s in REGISTRY} for n in stage.needs), stage.name
+        # A stage needs only stages before it: the order `poc` runs them in is a gate order.
+        order = [s.name for s in REGISTRY]
+        assert all(order.index(n) < order.index(stage.name) for n in stage.needs), stage.name
