@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import math
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,8 @@ from rich.table import Table
 from tasks.baseline.accounting import DOCUMENTED_STATES, GPU_SOURCE_LABELS
 from tasks.baseline.exposure import EXPOSED_STATES, LIMITATIONS, REPORTED_APART
 from tasks.baseline.run import BaselineResult
+from tasks.data import render
+from tasks.data.render import fixed, markdown_table, pct, sig
 
 
 def _state_note(state: str) -> str:
@@ -150,15 +151,20 @@ def baseline_markdown(result: BaselineResult) -> str:
     sources = gpu_sources_line(result)
     if sources:
         lines += [sources + ".", ""]
-    lines += [
-        "| state | allocations | node-hours | GPU-hours | counts as |",
-        "|---|---:|---:|---:|---|",
-    ]
-    for row in exposure_rows(result):
-        lines.append(
-            f"| {row['state']} | {row['allocations']} | {_cell(row['node_hours'])} | "
-            f"{_cell(row['gpu_hours'])} | {row['counts_as']} |"
-        )
+    lines += markdown_table(
+        ("state", "allocations", "node-hours", "GPU-hours", "counts as"),
+        [
+            [
+                r["state"],
+                r["allocations"],
+                _cell(r["node_hours"]),
+                _cell(r["gpu_hours"]),
+                r["counts_as"],
+            ]
+            for r in exposure_rows(result)
+        ],
+        "lrrrl",
+    )
     chains = s["chains"]
     lines += [
         "",
@@ -172,19 +178,22 @@ def baseline_markdown(result: BaselineResult) -> str:
     if "candidates" in missing:
         lines.append(f"{NOT_COMPUTED}: {missing['candidates']}.")
     else:
-        lines += [
-            "| rank | workload | exposed GPU-h | exposed allocations | chains |",
-            "|---:|---|---:|---:|---:|",
-        ]
-        for _, r in result.exposure.candidates.iterrows():
-            gpu_h = (
-                NOT_COMPUTED if "exposed_gpu_hours" in missing else f"{r['exposed_gpu_hours']:.3f}"
-            )
-            chain_count = NOT_COMPUTED if "chains" in missing else r["chains"]
-            lines.append(
-                f"| {r['rank']} | {r['workload']} | {gpu_h} | "
-                f"{r['exposed_allocations']} | {chain_count} |"
-            )
+        lines += markdown_table(
+            ("rank", "workload", "exposed GPU-h", "exposed allocations", "chains"),
+            [
+                [
+                    r["rank"],
+                    r["workload"],
+                    NOT_COMPUTED
+                    if "exposed_gpu_hours" in missing
+                    else f"{r['exposed_gpu_hours']:.3f}",
+                    r["exposed_allocations"],
+                    NOT_COMPUTED if "chains" in missing else r["chains"],
+                ]
+                for _, r in result.exposure.candidates.iterrows()
+            ],
+            "rlrrr",
+        )
     lines += ["", "## What these numbers leave out", ""]
     lines += [f"- {text}" for text in LIMITATIONS]
     return "\n".join(lines)
@@ -225,20 +234,6 @@ def _seconds(value: float | None, resolution_s: float) -> str:
     return f"{value:.{digits}f}"
 
 
-def _sig(value: float | None, digits: int = 3) -> str:
-    """``digits`` significant digits in fixed notation (0.0000974, not 9.74e-05)."""
-    if value is None:
-        return "—"
-    if value == 0 or not math.isfinite(value):
-        return f"{value:g}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    return f"{value:.{decimals}f}"
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    return "—" if value is None else f"{value:.{digits}f}"
-
-
 # --- recovery ---------------------------------------------------------------------------------
 
 # What the recovery clock resolves: its ends are the harness's own events (sub-ms), but
@@ -271,7 +266,7 @@ def recovery_verdicts(result: dict[str, Any]) -> list[str]:
             + verdict_line(
                 "work lost per interruption",
                 wl["statistic"],
-                f"{_sig(wl['value'])} GPU-h",
+                f"{sig(wl['value'])} GPU-h",
                 f"{wl['threshold']:g} GPU-h",
                 wl["verdict"],
                 detail=f"managed, n={n}" if n else "no managed trial recovered",
@@ -295,8 +290,8 @@ def recovery_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                 "recovery s median [min–max]": f"{_seconds(rt['median'], res)} "
                 f"[{_seconds(rt['min'], res)}–{_seconds(rt['max'], res)}]",
                 "p90 s": _seconds(rt["p90"], res),
-                "GPU-h lost median": _sig(wl["median"]),
-                "steps lost median": _num(s["steps_lost"]["median"], 0),
+                "GPU-h lost median": sig(wl["median"]),
+                "steps lost median": fixed(s["steps_lost"]["median"], 0),
             }
         )
     return rows
@@ -322,7 +317,7 @@ def ratio_line(result: dict[str, Any]) -> str:
     not a column of the per-arm table)."""
     ratios = {s["fault"]: s["managed_over_unmanaged_recovery"] for s in result["summary"]}
     return "managed / unmanaged median recovery time: " + ", ".join(
-        f"{fault} {_num(r, 2)}" for fault, r in ratios.items()
+        f"{fault} {fixed(r, 2)}" for fault, r in ratios.items()
     )
 
 
@@ -330,10 +325,8 @@ def _markdown_table(rows: list[dict[str, Any]], right_from: int = 2) -> list[str
     if not rows:
         return ["(no rows)"]
     heads = list(rows[0])
-    align = ["---" if i < right_from else "---:" for i in range(len(heads))]
-    lines = ["| " + " | ".join(heads) + " |", "|" + "|".join(align) + "|"]
-    lines += ["| " + " | ".join(str(r[h]) for h in heads) + " |" for r in rows]
-    return lines
+    align = "l" * right_from + "r" * (len(heads) - right_from)
+    return markdown_table(heads, [[r[h] for h in heads] for r in rows], align)
 
 
 def failure_lines(failures: list[dict[str, Any]], heading: str) -> list[str]:
@@ -375,10 +368,6 @@ def recovery_markdown(result: dict[str, Any]) -> str:
 # --- overhead and cold start --------------------------------------------------------------------
 
 
-def _pct(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.2f} %"
-
-
 def overhead_lines(result: dict[str, Any]) -> list[str]:
     """The overhead result as plain sentences (terminal and markdown alike)."""
     lines = []
@@ -390,8 +379,8 @@ def overhead_lines(result: dict[str, Any]) -> list[str]:
             continue
         lines.append(
             f"{head}; managed vs unmanaged run time over {c['n']} pairs: median "
-            f"{_pct(c['overhead_pct'])} (95% CI {_pct(c['ci_low_pct'])} … "
-            f"{_pct(c['ci_high_pct'])}), {c['method']} p={c['p_value']:.3g} → "
+            f"{pct(c['overhead_pct'])} (95% CI {pct(c['ci_low_pct'])} … "
+            f"{pct(c['ci_high_pct'])}), {c['method']} p={c['p_value']:.3g} → "
             f"{c['difference']}; minimum detectable effect "
             + ("— (too few pairs)" if c["mde_pct"] is None else f"{c['mde_pct']:.2f} %")
         )
@@ -426,10 +415,10 @@ def overhead_verdicts(result: dict[str, Any]) -> list[str]:
         verdict_line(
             "steady-state overhead",
             "median",
-            _pct(c["overhead_pct"]),
+            pct(c["overhead_pct"]),
             threshold,
             c["verdict"],
-            detail=f"95% CI {_pct(c['ci_low_pct'])} … {_pct(c['ci_high_pct'])}, {c['n']} pairs; "
+            detail=f"95% CI {pct(c['ci_low_pct'])} … {pct(c['ci_high_pct'])}, {c['n']} pairs; "
             f"{c['verdict_reason']}",
             by_ci=True,
         )
@@ -466,7 +455,7 @@ def checkpoint_lines(checkpoints: dict[str, Any]) -> list[str]:
         lines.append(
             f"- workload {workload}: {c['n']} dumps ({c['failed']} failed); median dump "
             f"{c['dump_s']['median']:.3f} s (min {c['dump_s']['min']:.3f}, max "
-            f"{c['dump_s']['max']:.3f}), frozen {_num(freeze)} s, image "
+            f"{c['dump_s']['max']:.3f}), frozen {fixed(freeze)} s, image "
             f"{c['checkpoint_bytes']['median'] / 1e6:.1f} MB"
         )
     return lines or ["- none"]
@@ -481,18 +470,18 @@ def cold_start_lines(result: dict[str, Any]) -> list[str]:
         for label, arm in (("native launch → ready", "native"), ("restore → ready", "restore")):
             a = s[arm]
             lines.append(
-                f"{label}: n={a['n']}, median {_num(a['median'])} s "
-                f"(min {_num(a['min'])}, max {_num(a['max'])})"
+                f"{label}: n={a['n']}, median {fixed(a['median'])} s "
+                f"(min {fixed(a['min'])}, max {fixed(a['max'])})"
             )
         lines.append(
-            f"speed-up (native/restore, {s['statistic']}): {_num(s['speedup'], 2)}× "
-            f"(95% CI {_num(s['ci_low'], 2)} … {_num(s['ci_high'], 2)}); verdict vs "
+            f"speed-up (native/restore, {s['statistic']}): {fixed(s['speedup'], 2)}× "
+            f"(95% CI {fixed(s['ci_low'], 2)} … {fixed(s['ci_high'], 2)}); verdict vs "
             f"{result['threshold']}×: {s['verdict']} ({s['verdict_reason']})"
         )
     fit = result["restore_throughput"]
     if fit:
         lines.append(
-            f"restore throughput: {_num(fit['gbps'], 2)} GB/s ({fit['method']}, n={fit['n']})"
+            f"restore throughput: {fixed(fit['gbps'], 2)} GB/s ({fit['method']}, n={fit['n']})"
             + (f"; {fit['note']}" if fit.get("note") else "")
         )
     lines.append(f"page cache before each timed start: {', '.join(result['page_cache'])}")
@@ -518,12 +507,12 @@ def cold_start_verdicts(result: dict[str, Any]) -> list[str]:
         verdict_line(
             "cold-start speed-up (native launch / restore)",
             s["statistic"],
-            f"{_num(s['speedup'], 2)}×",
+            f"{fixed(s['speedup'], 2)}×",
             threshold,
             s["verdict"],
             at_most=False,
             by_ci=True,
-            detail=f"95% CI {_num(s['ci_low'], 2)} … {_num(s['ci_high'], 2)}; "
+            detail=f"95% CI {fixed(s['ci_low'], 2)} … {fixed(s['ci_high'], 2)}; "
             f"{s['verdict_reason']}",
         )
     ]
@@ -535,7 +524,7 @@ def png_data_uri(path: str | Path) -> str | None:
         data = Path(path).read_bytes()
     except OSError:
         return None
-    return "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+    return render.png_data_uri(data)
 
 
 def cold_start_markdown(result: dict[str, Any]) -> str:
@@ -553,16 +542,21 @@ def cold_start_markdown(result: dict[str, Any]) -> str:
         "",
     ]
     lines += [f"- {line}" for line in cold_start_lines(result)]
-    lines += [
-        "",
-        "| trial | restore → ready s | criu restore s | checkpoint MB | GB/s |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for r in result["restores"]:
-        lines.append(
-            f"| {r['trial_id']} | {_num(r['ready_s'])} | {_num(r['restore_s'])} "
-            f"| {r['checkpoint_bytes'] / 1e6:.1f} | {_num(r['restore_gbps'], 2)} |"
-        )
+    lines.append("")
+    lines += markdown_table(
+        ("trial", "restore → ready s", "criu restore s", "checkpoint MB", "GB/s"),
+        [
+            [
+                r["trial_id"],
+                fixed(r["ready_s"]),
+                fixed(r["restore_s"]),
+                f"{r['checkpoint_bytes'] / 1e6:.1f}",
+                fixed(r["restore_gbps"], 2),
+            ]
+            for r in result["restores"]
+        ],
+        "lrrrr",
+    )
     uri = png_data_uri(result["plot"])
     lines += ["", "## Restore seconds against checkpoint size", ""]
     if uri:

@@ -99,10 +99,6 @@ def _weeks(files: Sequence[str], weeks: Sequence[str] | None) -> list[str]:
     return present if weeks is None else [w for w in present if w in set(weeks)]
 
 
-def _py(value: Any) -> Any:
-    return value.as_py() if isinstance(value, pa.Scalar) else value
-
-
 # --- in memory (streaming) ---------------------------------------------------------------------
 
 
