@@ -1,1 +1,2 @@
-"""Cluster backends: where workload copies run (local slots now; Slurm and Kubernetes next)."""
+"""Cluster backends: where workload copies run — local slots and Slurm jobs, each behind the
+`Cluster` protocol and keyed by the plan's cluster.kind (base.py); Kubernetes is contract only."""
