@@ -65,16 +65,18 @@ def recovery_cmd(
     with command_body():
         from flows.recovery import recovery
         from tasks.experiments.report import recovery_table, recovery_verdicts
+        from tasks.experiments.results import RecoveryResult
 
         result = recovery(str(plan), timeout_s, fault_step, wait_for_nodes=not no_wait)
     if as_json:
         write_json(result)
         return
-    for line in recovery_verdicts(result):
+    typed = RecoveryResult.from_json(result)
+    for line in recovery_verdicts(typed):
         out.print(line, highlight=False, markup=False)
-    out.print(recovery_table(result))
+    out.print(recovery_table(typed))
     _print_failures(result["failures"])
-    out.print(f"trials written: {', '.join(result['trials_files'])}", highlight=False)
+    out.print(f"trials written: {', '.join(typed.trials_files)}", highlight=False)
 
 
 def overhead_cmd(

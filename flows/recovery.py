@@ -17,36 +17,21 @@ from flows.common import (
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
 from tasks.data.runctx import open_run
-from tasks.experiments.recovery import (
-    run_recovery,
-    summarise_recovery,
-    write_and_gate,
-)
+from tasks.experiments.recovery import recovery_result, run_recovery, write_and_gate
 from tasks.experiments.report import recovery_markdown, recovery_rows
+from tasks.experiments.results import RecoveryResult
 
 
 @task(name="inject_faults_and_recover", cache_policy=NO_CACHE)
 def inject_faults_and_recover(
     plan: Plan, plan_path: str, timeout_s: float, fault_step: int | None, wait_for_nodes: bool
-) -> dict[str, Any]:
+) -> RecoveryResult:
     with open_run(plan, plan_path, "recovery") as ctx:
         with experiment_holding_nodes(plan, ctx, wait_for_nodes):
             run = run_recovery(plan, ctx, fault_step=fault_step, timeout_s=timeout_s)
         log_failures(run.failures, "trial")
         files = write_and_gate(run, plan, ctx)
-    trials = run.trials
-    return {
-        "poc": ctx.poc,
-        "run_id": ctx.run_id,
-        "cluster": plan.cluster.kind,
-        "trials": len(trials),
-        "failed": int((trials["status"] == "failed").sum()),
-        "failures": run.failures,
-        "includes": sorted(trials["includes"].dropna().unique()),
-        "summary": summarise_recovery(trials, plan),
-        "trials_files": [str(f) for f in files],
-        "run_dir": str(run.run_dir),
-    }
+    return recovery_result(run, plan, ctx, files)
 
 
 @flow(name="recovery", flow_run_name=run_name("recovery"))
@@ -57,7 +42,8 @@ def recovery(
     wait_for_nodes: bool = True,
 ) -> dict[str, Any]:
     """Each of the plan's faults, `repeats` times, on the unmanaged then the managed copy:
-    recovery time and work lost per trial in `trials`, gated, then summarised per fault."""
+    recovery time and work lost per trial in `trials`, gated, then summarised per fault.
+    Returns the result's JSON form (tasks/experiments/results.py: RecoveryResult)."""
     plan = ensure_plan_is_valid(plan_path)
     with failure_reported_as("recovery-report", "Recovery after real faults"):
         result = inject_faults_and_recover(plan, plan_path, timeout_s, fault_step, wait_for_nodes)
@@ -71,4 +57,4 @@ def recovery(
         markdown=recovery_markdown(result),
         description="Recovery: verdicts against the plan's thresholds",
     )
-    return result
+    return result.to_json()

@@ -13,6 +13,7 @@ from tasks.experiments.report import (
     recovery_verdicts,
     verdict_line,
 )
+from tasks.experiments.results import RecoveryResult
 
 
 def _arm(fault: str, arm: str, median: float, verdicts: bool) -> dict:
@@ -65,7 +66,7 @@ RESULT = {
 
 
 def test_verdict_lines_name_criterion_threshold_unit_and_outcome() -> None:
-    lines = recovery_verdicts(RESULT)
+    lines = recovery_verdicts(RecoveryResult.from_json(RESULT))
     assert lines[0] == "sigkill: recovery time median 0.090 s (managed, n=3) ≤ 30 s: met"
     assert lines[1] == (
         "sigkill: work lost per interruption median 0.0200 GPU-h (managed, n=3) > 0.01 GPU-h: "
@@ -77,7 +78,7 @@ def test_verdict_lines_name_criterion_threshold_unit_and_outcome() -> None:
 
 
 def test_recovery_markdown_leads_with_verdicts_and_fits_a_1600px_window() -> None:
-    md = recovery_markdown(RESULT)
+    md = recovery_markdown(RecoveryResult.from_json(RESULT))
     sections = [line for line in md.splitlines() if line.startswith("## ")]
     assert sections[0].startswith("## Verdicts") and sections[1].startswith("## Numbers")
     assert "met/met" not in md and "| verdict" not in md

@@ -30,7 +30,7 @@ from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.plan import SAMPLE_UNITS, SNAPSHOT_KINDS
 from tasks.data.runs import committed_run_ids, run_id_of
 from tasks.data.slurm_states import SLURM_STATES
-from tasks.data.weeks import WEEK_PARTITION
+from tasks.data.weeks import WEEK_PARTITION, arrow_week_labels
 
 SCHEMA_VERSION = "1"
 
@@ -523,20 +523,6 @@ def dataset_dir(data_dir: str | Path, poc: str, spec: DatasetSpec) -> Path:
     return Path(data_dir) / poc / spec.name
 
 
-def _week_labels(table: pa.Table, spec: DatasetSpec) -> pa.Array:
-    """ISO week label per row, worked out once per distinct UTC day and spread back."""
-    days = pc.dictionary_encode(
-        pc.floor_temporal(table.column(spec.week_from).combine_chunks(), unit="day")
-    )
-    distinct = days.dictionary
-    labels = pc.binary_join_element_wise(
-        pc.cast(pc.iso_year(distinct), pa.string()),
-        pc.utf8_lpad(pc.cast(pc.iso_week(distinct), pa.string()), 2, "0"),
-        "-W",
-    )
-    return pc.fill_null(pc.take(labels, days.indices), "unknown")
-
-
 def conform(table: pa.Table | pd.DataFrame, spec: DatasetSpec) -> pa.Table:
     """Cast to the declared schema (column order and types); refuse missing/extra columns."""
     if isinstance(table, pd.DataFrame):
@@ -605,7 +591,7 @@ def write_dataset(
     if table.num_rows == 0:
         return []
     meta = {"ckpt_poc.run_id": run_id, **(metadata or {})}
-    labels = _week_labels(table, spec)
+    labels = arrow_week_labels(table.column(spec.week_from))
     base = dataset_dir(data_dir, poc, spec)
     name = f"{run_id}.parquet" if part is None else f"{run_id}-part{part:05d}.parquet"
     written = []

@@ -5,6 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from pathlib import Path
 
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from tasks.data.errors import CkptPocError
 
 
@@ -28,9 +32,32 @@ def week_start(label: str) -> dt.datetime:
     return dt.datetime.combine(dt.date.fromisocalendar(year, week, 1), dt.time(), tzinfo=dt.UTC)
 
 
+# Every week label is made here, one value or a column at a time: "2026-W49".
 def week_label(t: dt.datetime | dt.date) -> str:
     year, week, _ = t.isocalendar()
     return f"{year}-W{week:02d}"
+
+
+def week_labels(series: pd.Series) -> pd.Series:
+    """ISO week labels of a timestamp column (null stays null)."""
+    ts = pd.to_datetime(series.astype("datetime64[us, UTC]"), utc=True)
+    iso = ts.dt.isocalendar()
+    return iso["year"].astype("string") + "-W" + iso["week"].astype("string").str.zfill(2)
+
+
+def arrow_week_labels(timestamps: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """ISO week label per timestamp, worked out once per distinct UTC day and spread back
+    (a write of millions of rows has a few distinct days); null is 'unknown'."""
+    if isinstance(timestamps, pa.ChunkedArray):
+        timestamps = timestamps.combine_chunks()
+    days = pc.dictionary_encode(pc.floor_temporal(timestamps, unit="day"))
+    distinct = days.dictionary
+    labels = pc.binary_join_element_wise(
+        pc.cast(pc.iso_year(distinct), pa.string()),
+        pc.utf8_lpad(pc.cast(pc.iso_week(distinct), pa.string()), 2, "0"),
+        "-W",
+    )
+    return pc.fill_null(pc.take(labels, days.indices), "unknown")
 
 
 def current_week() -> str:

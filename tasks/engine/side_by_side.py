@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.data.arms import ARMS
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
@@ -33,7 +34,6 @@ from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.probes import LogProgressProbe, wait_ready
 
-ARMS = ("unmanaged", "managed")
 LOCAL_ONLY = ("local",)  # the copies are LocalCluster processes, side by side on its slots
 
 

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.data.arms import ARMS  # in order: the unmanaged copy is faulted first
 from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.plan import Plan
@@ -41,10 +42,17 @@ from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.recovery_local import LOCAL_TRIALS
 from tasks.experiments.recovery_slurm import SLURM_TRIALS
 from tasks.experiments.recovery_trial import (
-    ARMS_IN_ORDER,
     FAULT_DELIVERED,
     TrialRunner,
     TrialSetup,
+)
+from tasks.experiments.results import (
+    RECOVERY_STATS,
+    Failure,
+    RecoveryArm,
+    RecoveryResult,
+    Stats,
+    Verdict,
 )
 from tasks.experiments.trials import (
     LOG_TAIL,
@@ -59,6 +67,11 @@ GATE = "recovery"
 
 class RecoveryStopped(CkptPocError):
     """The run stopped early: its first trials all failed the same way before any fault."""
+
+    refuses_run = True
+
+    def refusal(self) -> str:
+        return "refused: stopped early, " + str(self).splitlines()[0][:300]
 
 
 # --- both ---------------------------------------------------------------------------------------
@@ -87,8 +100,8 @@ class RecoveryRun:
 def stop_reason(rows: list[dict[str, Any]], fault: str) -> str | None:
     """Why to stop the run: the first trials of ``fault`` (one per arm) all failed for the
     same reason before any fault was injected — every further trial would fail the same way."""
-    first = [r for r in rows if r["fault"] == fault][: len(ARMS_IN_ORDER)]
-    if len(first) < len(ARMS_IN_ORDER):
+    first = [r for r in rows if r["fault"] == fault][: len(ARMS)]
+    if len(first) < len(ARMS):
         return None
     if any(r.get("status") != "failed" or r.get(FAULT_DELIVERED) for r in first):
         return None
@@ -137,7 +150,7 @@ def run_recovery(
         preflight(setup)
         for fault in plan.faults:
             for repeat in range(plan.repeats):
-                for arm in ARMS_IN_ORDER:
+                for arm in ARMS:
                     rows.append(runner.run_trial(setup, fault, arm, repeat))
                 stopped = stop_reason(rows, fault.kind)
                 if stopped:
@@ -162,8 +175,7 @@ def write_and_gate(run: RecoveryRun, plan: Plan, ctx: RunContext) -> list[Path]:
     dumps = checkpoint_rows(run.events, plan, plan.cluster.nodes[0])
     trials = as_trials([run.trials, dumps], ctx)
     if run.stopped:
-        experiments.write_trials(trials, ctx)  # the run is recorded, then refused
-        ctx.commit("refused: stopped early, " + run.stopped.splitlines()[0][:300])
+        experiments.write_trials(trials, ctx)  # the run is recorded, then refused (open_run)
         raise RecoveryStopped(run.stopped)
     return experiments.write_and_gate(
         trials,
@@ -171,19 +183,6 @@ def write_and_gate(run: RecoveryRun, plan: Plan, ctx: RunContext) -> list[Path]:
         GATE,
         recovery_gate_checks(run.trials, plan, run.events),
     )
-
-
-def _stats(values: pd.Series) -> dict[str, float | None]:
-    v = values.dropna().astype(float)
-    if v.empty:
-        return {"n": 0, "median": None, "p90": None, "min": None, "max": None}
-    return {
-        "n": len(v),
-        "median": float(v.median()),
-        "p90": float(np.percentile(v, 90)),
-        "min": float(v.min()),
-        "max": float(v.max()),
-    }
 
 
 def _statistic(values: pd.Series, name: str) -> float | None:
@@ -201,53 +200,54 @@ def _statistic(values: pd.Series, name: str) -> float | None:
     )
 
 
-def summarise_recovery(trials: pd.DataFrame, plan: Plan) -> list[dict[str, Any]]:
+def summarise_recovery(trials: pd.DataFrame, plan: Plan) -> tuple[RecoveryArm, ...]:
     """Per fault × arm: n, median, p90, min, max of recovery time and work lost; the
     managed/unmanaged ratio of medians; the plan's thresholds with a verdict (managed)."""
     ok = trials[trials["status"] == "ok"]
-    out = []
+    out: list[RecoveryArm] = []
     crit_rt, crit_wl = plan.success.recovery_time_s, plan.success.work_lost_gpu_h
     for fault in sorted(trials["fault"].unique()):
-        medians = {}
-        for arm in ARMS_IN_ORDER:
+        arms: dict[str, dict[str, Any]] = {}
+        for arm in ARMS:
             rows = ok[(ok["fault"] == fault) & (ok["arm"] == arm)]
-            entry = {
+            failed = (trials["fault"] == fault) & (trials["arm"] == arm)
+            entry: dict[str, Any] = {
                 "fault": fault,
                 "arm": arm,
-                "failed": int(
-                    (
-                        (trials["fault"] == fault)
-                        & (trials["arm"] == arm)
-                        & (trials["status"] == "failed")
-                    ).sum()
-                ),
-                "recovery_s": _stats(rows["recovery_s"]),
-                "work_lost_gpu_h": _stats(rows["work_lost_gpu_h"]),
-                "steps_lost": _stats(rows["steps_lost"]),
-                # How late the harness saw `detected` and `serving_again` (DESIGN §4).
-                "detect_latency_ms": _stats(rows["detect_latency_ms"]),
-                "serving_latency_ms": _stats(rows["serving_latency_ms"]),
+                "failed": int((failed & (trials["status"] == "failed")).sum()),
+                **{m: Stats.of(rows[m]) for m in RECOVERY_STATS},
             }
-            medians[arm] = entry["recovery_s"]["median"]
             if arm == "managed":
                 rt = _statistic(rows["recovery_s"], crit_rt.statistic)
                 wl = _statistic(rows["work_lost_gpu_h"], crit_wl.statistic)
-                entry["recovery_time_verdict"] = _verdict(rt, crit_rt.threshold, crit_rt.statistic)
-                entry["work_lost_verdict"] = _verdict(wl, crit_wl.threshold, crit_wl.statistic)
-            out.append(entry)
-        ratio = (
-            medians["managed"] / medians["unmanaged"]
-            if medians["managed"] is not None and medians["unmanaged"]
-            else None
-        )
-        for entry in out[-2:]:
-            entry["managed_over_unmanaged_recovery"] = ratio
-    return out
+                entry["recovery_time_verdict"] = Verdict.judge(
+                    rt, crit_rt.threshold, crit_rt.statistic
+                )
+                entry["work_lost_verdict"] = Verdict.judge(wl, crit_wl.threshold, crit_wl.statistic)
+            arms[arm] = entry
+        managed, unmanaged = (arms[a]["recovery_s"].median for a in ("managed", "unmanaged"))
+        ratio = managed / unmanaged if managed is not None and unmanaged else None
+        out += [RecoveryArm(**e, managed_over_unmanaged_recovery=ratio) for e in arms.values()]
+    return tuple(out)
 
 
-def _verdict(value: float | None, threshold: float, statistic: str) -> dict[str, Any]:
-    verdict = "undecided" if value is None else "met" if value <= threshold else "not met"
-    return {"value": value, "threshold": threshold, "statistic": statistic, "verdict": verdict}
+def recovery_result(
+    run: RecoveryRun, plan: Plan, ctx: RunContext, files: list[Path]
+) -> RecoveryResult:
+    """The run as the stage hands it on: counted, summarised, with its failures and files."""
+    trials = run.trials
+    return RecoveryResult(
+        poc=ctx.poc,
+        run_id=ctx.run_id,
+        cluster=plan.cluster.kind,
+        trials=len(trials),
+        failed=int((trials["status"] == "failed").sum()),
+        failures=tuple(Failure.from_json(f) for f in run.failures),
+        includes=tuple(sorted(trials["includes"].dropna().unique())),
+        summary=summarise_recovery(trials, plan),
+        trials_files=tuple(str(f) for f in files),
+        run_dir=str(run.run_dir),
+    )
 
 
 def recovery_gate_checks(
@@ -259,7 +259,7 @@ def recovery_gate_checks(
     checks = []
     ok = trials[trials["status"] == "ok"]
     for fault in plan.faults:
-        for arm in ARMS_IN_ORDER:
+        for arm in ARMS:
             n = int(((ok["fault"] == fault.kind) & (ok["arm"] == arm)).sum())
             checks.append(
                 plain_check(

@@ -28,7 +28,6 @@ from tasks.experiments.trials import (
 )
 
 CLOCK = "fault_injected→serving_again"
-ARMS_IN_ORDER = ("unmanaged", "managed")  # the unmanaged copy is faulted first
 FAULT_DELIVERED = "fault_delivered"  # on a failed row's dict, never a `trials` column
 
 

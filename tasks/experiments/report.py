@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from tasks.baseline.exposure import EXPOSED_STATES, LIMITATIONS, REPORTED_APART
 from tasks.baseline.run import BaselineResult
 from tasks.data import render
 from tasks.data.render import fixed, markdown_table, pct, sig
+from tasks.experiments.results import Failure, RecoveryResult
 
 
 def _state_note(state: str) -> str:
@@ -241,81 +243,81 @@ def _seconds(value: float | None, resolution_s: float) -> str:
 RESOLUTION_S = {"local": 0.001, "slurm": 0.01}
 
 
-def recovery_verdicts(result: dict[str, Any]) -> list[str]:
+def recovery_verdicts(result: RecoveryResult) -> list[str]:
     """Per fault, the plan's two recovery criteria judged on the managed arm."""
-    res = RESOLUTION_S.get(result["cluster"], 0.001)
+    res = RESOLUTION_S.get(result.cluster, 0.001)
     lines = []
-    for s in result["summary"]:
-        if s["arm"] != "managed":
+    for s in result.summary:
+        rt, wl = s.recovery_time_verdict, s.work_lost_verdict
+        if s.arm != "managed" or rt is None or wl is None:
             continue
-        n = s["recovery_s"]["n"]
-        rt, wl = s["recovery_time_verdict"], s["work_lost_verdict"]
+        n = s.recovery_s.n
+        detail = f"managed, n={n}" if n else "no managed trial recovered"
         lines.append(
-            f"{s['fault']}: "
+            f"{s.fault}: "
             + verdict_line(
                 "recovery time",
-                rt["statistic"],
-                f"{_seconds(rt['value'], res)} s",
-                f"{rt['threshold']:g} s",
-                rt["verdict"],
-                detail=f"managed, n={n}" if n else "no managed trial recovered",
+                rt.statistic,
+                f"{_seconds(rt.value, res)} s",
+                f"{rt.threshold:g} s",
+                rt.verdict,
+                detail=detail,
             )
         )
         lines.append(
-            f"{s['fault']}: "
+            f"{s.fault}: "
             + verdict_line(
                 "work lost per interruption",
-                wl["statistic"],
-                f"{sig(wl['value'])} GPU-h",
-                f"{wl['threshold']:g} GPU-h",
-                wl["verdict"],
-                detail=f"managed, n={n}" if n else "no managed trial recovered",
+                wl.statistic,
+                f"{sig(wl.value)} GPU-h",
+                f"{wl.threshold:g} GPU-h",
+                wl.verdict,
+                detail=detail,
             )
         )
     return lines
 
 
-def recovery_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+def recovery_rows(result: RecoveryResult) -> list[dict[str, Any]]:
     """One row per fault × arm, few enough columns for a 1600 px window; the verdicts are
     sentences above the table (recovery_verdicts), not a column."""
-    res = RESOLUTION_S.get(result["cluster"], 0.001)
+    res = RESOLUTION_S.get(result.cluster, 0.001)
     rows = []
-    for s in result["summary"]:
-        rt, wl = s["recovery_s"], s["work_lost_gpu_h"]
+    for s in result.summary:
+        rt, wl = s.recovery_s, s.work_lost_gpu_h
         rows.append(
             {
-                "fault": s["fault"],
-                "arm": s["arm"],
-                "ok / failed": f"{rt['n']} / {s['failed']}",
-                "recovery s median [min–max]": f"{_seconds(rt['median'], res)} "
-                f"[{_seconds(rt['min'], res)}–{_seconds(rt['max'], res)}]",
-                "p90 s": _seconds(rt["p90"], res),
-                "GPU-h lost median": sig(wl["median"]),
-                "steps lost median": fixed(s["steps_lost"]["median"], 0),
+                "fault": s.fault,
+                "arm": s.arm,
+                "ok / failed": f"{rt.n} / {s.failed}",
+                "recovery s median [min–max]": f"{_seconds(rt.median, res)} "
+                f"[{_seconds(rt.min, res)}–{_seconds(rt.max, res)}]",
+                "p90 s": _seconds(rt.p90, res),
+                "GPU-h lost median": sig(wl.median),
+                "steps lost median": fixed(s.steps_lost.median, 0),
             }
         )
     return rows
 
 
-def recovery_table(result: dict[str, Any]) -> Table:
+def recovery_table(result: RecoveryResult) -> Table:
     """Compact enough for an 80-column terminal: medians with [min–max], p90 apart."""
-    table = Table(title=f"Recovery after real faults — {result['cluster']}")
+    table = Table(title=f"Recovery after real faults — {result.cluster}")
     heads = ("fault", "arm", "ok/failed", "recovery s [min–max]", "p90", "GPU-h lost", "steps")
     for col in heads:
         table.add_column(col, justify="left" if col in ("fault", "arm") else "right")
     for r in recovery_rows(result):
         table.add_row(*(str(v).replace("[", "\\[") for v in r.values()))
-    table.caption = (
-        f"run {result['run_id']}; medians \\[min–max]. {ratio_line(result)}. "
-        + "; ".join(result["includes"])
+    table.caption = f"run {result.run_id}; medians \\[min–max]. {ratio_line(result)}. " + "; ".join(
+        result.includes
     )
     return table
 
 
-def ratio_line(result: dict[str, Any]) -> str:
+def ratio_line(result: RecoveryResult) -> str:
     """Managed over unmanaged median recovery time, per fault (one number per fault, so
     not a column of the per-arm table)."""
-    ratios = {s["fault"]: s["managed_over_unmanaged_recovery"] for s in result["summary"]}
+    ratios = {s.fault: s.managed_over_unmanaged_recovery for s in result.summary}
     return "managed / unmanaged median recovery time: " + ", ".join(
         f"{fault} {fixed(r, 2)}" for fault, r in ratios.items()
     )
@@ -329,21 +331,22 @@ def _markdown_table(rows: list[dict[str, Any]], right_from: int = 2) -> list[str
     return markdown_table(heads, [[r[h] for h in heads] for r in rows], align)
 
 
-def failure_lines(failures: list[dict[str, Any]], heading: str) -> list[str]:
+def failure_lines(failures: Sequence[Failure | dict[str, Any]], heading: str) -> list[str]:
     """Each failed trial with its reason and the tail of the workload's own log."""
     if not failures:
         return []
     lines = ["", f"## {heading}", ""]
-    for f in failures:
-        lines.append(f"- **{f['trial_id']} / {f['arm']}**: {f['reason']}")
-        if f.get("log_tail"):
-            lines += ["", "  ```", *[f"  {t}" for t in f["log_tail"].splitlines()], "  ```"]
+    for failure in failures:
+        f = failure if isinstance(failure, Failure) else Failure.from_json(failure)
+        lines.append(f"- **{f.trial_id} / {f.arm}**: {f.reason}")
+        if f.log_tail:
+            lines += ["", "  ```", *[f"  {t}" for t in f.log_tail.splitlines()], "  ```"]
     return lines
 
 
-def recovery_markdown(result: dict[str, Any]) -> str:
+def recovery_markdown(result: RecoveryResult) -> str:
     lines = [
-        f"# Recovery after real faults ({result['cluster']})",
+        f"# Recovery after real faults ({result.cluster})",
         "",
         "## Verdicts (managed arm, against the plan)",
         "",
@@ -351,7 +354,7 @@ def recovery_markdown(result: dict[str, Any]) -> str:
         "",
         "## Numbers (measured)",
         "",
-        f"Run `{result['run_id']}`: {result['trials']} trials, {result['failed']} failed "
+        f"Run `{result.run_id}`: {result.trials} trials, {result.failed} failed "
         "(kept as rows with their reason). Clock: `fault_injected` → `serving_again`, "
         "the same on both arms.",
         "",
@@ -359,9 +362,9 @@ def recovery_markdown(result: dict[str, Any]) -> str:
         "",
         ratio_line(result) + ".",
         "",
-        "What the numbers include: " + "; ".join(result["includes"]) + ".",
+        "What the numbers include: " + "; ".join(result.includes) + ".",
     ]
-    lines += failure_lines(result["failures"], "Failed trials")
+    lines += failure_lines(result.failures, "Failed trials")
     return "\n".join(lines)
 
 

@@ -10,22 +10,10 @@ import pandas as pd
 
 from tasks.data.datasets import TRIALS, write_dataset
 from tasks.data.errors import CkptPocError
+from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-
-# What must be equal on both arms of a comparison besides nodes and workload (DESIGN §5.6).
-FINGERPRINT_COLUMNS = (
-    "fp_host",
-    "fp_cpu_model",
-    "fp_cores",
-    "fp_mem_bytes",
-    "fp_kernel",
-    "fp_gpu_model",
-    "fp_driver",
-    "fp_cuda",
-    "fp_versions",
-)
 
 
 def workload_hash(plan: Plan) -> str:
@@ -64,7 +52,8 @@ def as_trials(parts: list[pd.DataFrame], ctx: RunContext) -> pd.DataFrame:
 
 
 def arms_differ_only_in_managed(gate: str, rows: pd.DataFrame) -> list[CheckResult]:
-    """One check per column that must hold a single value across both arms' rows."""
+    """One check per column that must hold a single value across both arms' rows: the nodes,
+    the workload and the whole run fingerprint (DESIGN §5.6)."""
     checks = []
     for column in ("nodes", "workload_hash", *FINGERPRINT_COLUMNS):
         distinct = sorted(map(str, rows[column].unique()))

@@ -32,7 +32,6 @@ and shuffling, and restored.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,7 +41,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
-from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, WEEK_PARTITION, DatasetSpec
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, DatasetSpec
+from tasks.data.weeks import WEEK_PARTITION, week_of_path
 
 GROUP_KEYS = ("week", "node", "arm", "workload", "device", "metric", "unit")
 GAP_KEYS = ("week", "node", "source", "reason")
@@ -69,15 +69,6 @@ SUMMARY_DTYPES: dict[str, Any] = {
 GAP_DTYPES: dict[str, Any] = {**{k: _STR for k in GAP_KEYS}, "gaps": "int64", "gap_s": "float64"}
 
 
-def week_of(path: str | Path) -> str:
-    """The ``week=YYYY-Www`` partition a dataset file sits in."""
-    parent = Path(path).parent.name
-    prefix = f"{WEEK_PARTITION}="
-    if not parent.startswith(prefix):
-        raise ValueError(f"{path}: not in a {prefix}YYYY-Www partition folder")
-    return parent[len(prefix) :]
-
-
 def _dataset(files: Sequence[str], spec: DatasetSpec, strings: Iterable[str]) -> pads.Dataset:
     """The files as one dataset: the week from the path (hive), the key strings read straight
     from parquet as dictionaries (no string hashing per row), whatever each file stored."""
@@ -95,7 +86,7 @@ def _dataset(files: Sequence[str], spec: DatasetSpec, strings: Iterable[str]) ->
 
 
 def _weeks(files: Sequence[str], weeks: Sequence[str] | None) -> list[str]:
-    present = sorted({week_of(f) for f in files})
+    present = sorted({week_of_path(f) for f in files})
     return present if weeks is None else [w for w in present if w in set(weeks)]
 
 
@@ -294,7 +285,7 @@ def _read_partition(path: str) -> pd.DataFrame:
     t_to = pc.cast(table.column("t_to"), pa.int64()).to_numpy()
     covered = t_to - t_from
     value = table.column("value").to_numpy()
-    frame = {"week": np.full(table.num_rows, week_of(path), dtype=object)}
+    frame = {"week": np.full(table.num_rows, week_of_path(path), dtype=object)}
     for k in _SAMPLE_STRINGS:
         col = pc.fill_null(pc.cast(table.column(k), pa.string()), _NULL)
         frame[k] = col.to_numpy(zero_copy_only=False).astype(object)
@@ -325,7 +316,7 @@ def weekly_sample_summary_dask(
     import dask.dataframe as dd
 
     selected = set(_weeks(files, weeks))
-    paths = [f for f in files if week_of(f) in selected]
+    paths = [f for f in files if week_of_path(f) in selected]
     if not paths:
         return weekly_sample_summary([], weeks=weeks)
     ddf = dd.from_map(_read_partition, paths, meta=_dask_meta(), enforce_metadata=False)

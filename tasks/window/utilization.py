@@ -96,6 +96,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.data.arms import ARMS
 from tasks.data.datasets import (
     EVENTS,
     SAMPLES,
@@ -107,11 +108,10 @@ from tasks.data.datasets import (
 )
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-from tasks.data.weeks import week_start
+from tasks.data.weeks import week_label, week_start
 
 Interval = tuple[float, float]  # [start, end) in POSIX seconds
 CATEGORIES = ("delivered", "lost", "idle_checkpoint", "idle_recovery", "idle_other")
-ARMS = ("managed", "unmanaged")
 # Events that mean a new copy is being brought up after a fault (a restore or a restart).
 RESTART_EVENTS = frozenset(
     {"started", "job_started", "restore_start", "restored", "restart_start", "restarted"}
@@ -181,10 +181,8 @@ def _subtract(x: list[Interval], y: list[Interval]) -> list[Interval]:
 def iso_week(t: float) -> tuple[str, float]:
     """The ISO week label (YYYY-Www) of POSIX time ``t`` and the POSIX time it starts at."""
     day = dt.datetime.fromtimestamp(t, dt.UTC).date()
-    monday = day - dt.timedelta(days=day.weekday())
-    year, week, _ = day.isocalendar()
-    start = dt.datetime.combine(monday, dt.time(), tzinfo=dt.UTC)
-    return f"{year}-W{week:02d}", (start - _EPOCH).total_seconds()
+    label = week_label(day)
+    return label, (week_start(label) - _EPOCH).total_seconds()
 
 
 def split_by_week(ivs: Iterable[Interval]) -> dict[str, list[Interval]]:
@@ -529,7 +527,7 @@ def utilization_rows(
     rows = []
     for label in weeks:
         starts_at = week_start(label)
-        for arm in ARMS:
+        for arm in sorted(ARMS):  # managed first: the order its rows have always had
             got = acc.get((arm, label), {})
             allocated = got.get("allocated", 0.0)
             busy, metric, n = _busy(samples, workload, arm, alloc_ivs.get((arm, label), {}))

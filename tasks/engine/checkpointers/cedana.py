@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
+from tasks.data.arms import ARMS
 from tasks.data.errors import BlastRadiusError, CkptPocError, SecretError
 from tasks.data.plan import SAFE_NAME, Plan
 
@@ -58,7 +59,6 @@ NODE_LABEL = "cedana.ai/enabled"
 RUNTIME_CLASS = "cedana"
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 
-ARMS = ("managed", "unmanaged")
 _DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _JOB_ID = re.compile(r"^[0-9]+$")
 _URL = re.compile(r"^https?://[^\s,\\]+$")  # no comma or backslash: Helm's --set splits on them

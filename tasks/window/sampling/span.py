@@ -37,6 +37,7 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.data.runs import commit_run, uncommitted_runs
+from tasks.data.weeks import WEEK_PARTITION, week_label
 from tasks.window.sampling import Backend, GapRow, SampleRow, gap_row
 
 STAGE = "sample_window"
@@ -61,8 +62,10 @@ def salvage_killed_runs(data_dir: Path, poc: str) -> list[str]:
 
 
 def _recent_files(data_dir: Path, poc: str, spec: DatasetSpec, now: dt.datetime) -> list[str]:
-    weeks = {(now - dt.timedelta(weeks=k)).isocalendar()[:2] for k in range(LOOKBACK_WEEKS + 1)}
-    labels = {f"week={y}-W{w:02d}" for y, w in weeks}
+    labels = {
+        f"{WEEK_PARTITION}={week_label(now - dt.timedelta(weeks=k))}"
+        for k in range(LOOKBACK_WEEKS + 1)
+    }
     return [f for f in dataset_files(data_dir, poc, spec) if Path(f).parent.name in labels]
 
 

@@ -22,6 +22,7 @@ from tasks.data.datasets import (
     read_dataset,
 )
 from tasks.data.plan import Plan
+from tasks.data.weeks import week_labels
 from tasks.window.weekly.extrapolation import extrapolated_rows
 from tasks.window.weekly.measures import (
     checkpoint_rows,
@@ -32,7 +33,7 @@ from tasks.window.weekly.measures import (
     utilization_rows,
 )
 from tasks.window.weekly.model import EXTRA_COLUMNS, N_RESAMPLES, ROW_COLUMNS, WeekRows
-from tasks.window.weekly.segments import segments, week_of, week_start
+from tasks.window.weekly.segments import segments, week_start
 
 # The frames weekly_report_rows reads, by dataset name; 'samples' is optional (fingerprints).
 INPUTS: dict[str, DatasetSpec] = {
@@ -100,11 +101,11 @@ def _gaps(sample_gaps: pd.DataFrame, week: str) -> list[dict[str, Any]]:
 def _sources(
     frames: Mapping[str, pd.DataFrame], trials: pd.DataFrame, util: pd.DataFrame
 ) -> dict[str, tuple[pd.DataFrame, pd.Series]]:
-    sources = {"trials": (trials, week_of(trials["started_at"]))}
+    sources = {"trials": (trials, week_labels(trials["started_at"]))}
     sources["utilization"] = (util, util["week"].astype("string"))
     samples = frames.get("samples")
     if samples is not None and not samples.empty:
-        sources["samples"] = (samples, week_of(samples["t_to"]))
+        sources["samples"] = (samples, week_labels(samples["t_to"]))
     return sources
 
 
@@ -123,7 +124,7 @@ def weekly_report_rows(
     util = _latest_utilization(_frame(frames, "utilization"))
     segs = segments(_sources(frames, trials, util), plan.checkpointer.kind, week)
     seg_weeks = segs.weeks_to_date(week)
-    pooled = trials[week_of(trials["started_at"]).isin(seg_weeks).fillna(False).to_numpy()]
+    pooled = trials[week_labels(trials["started_at"]).isin(seg_weeks).fillna(False).to_numpy()]
     failed = _failed_gates(_frame(frames, "gates"))
     c = WeekRows(plan, week, segs.of_week[week], pooled, failed, n_resamples)
     recovery_rows(c)
@@ -170,7 +171,7 @@ def weekly_series(
         for w in segs.of_week
     ]
     seg_weeks = segs.weeks_to_date(week)
-    pooled = trials[week_of(trials["started_at"]).isin(seg_weeks).fillna(False).to_numpy()]
+    pooled = trials[week_labels(trials["started_at"]).isin(seg_weeks).fillna(False).to_numpy()]
     return Series(
         pd.concat(weeks, ignore_index=True),
         pooled,

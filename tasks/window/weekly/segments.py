@@ -35,13 +35,6 @@ def weeks_between(first: str, last: str) -> list[str]:
     return out
 
 
-def week_of(series: pd.Series) -> pd.Series:
-    """ISO week labels of a timestamp column (null stays null)."""
-    ts = pd.to_datetime(series.astype("datetime64[us, UTC]"), utc=True)
-    iso = ts.dt.isocalendar()
-    return iso["year"].astype("string") + "-W" + iso["week"].astype("string").str.zfill(2)
-
-
 # --- comparability -----------------------------------------------------------------------------
 
 

@@ -1,0 +1,207 @@
+"""What an experiment stage hands on: typed, frozen, produced here, rendered by flows and CLI.
+
+Each result knows its JSON form (``to_json``: the keys `--json` and the flow run's result have
+always had) and can be read back from it (``from_json``: a result stored by Prefect, or one a
+test writes by hand). A renamed field then breaks here, at import, not in a report at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+STATS_KEYS = ("n", "median", "p90", "min", "max")
+# The measures a recovery summary gives per fault and arm, each as Stats.
+RECOVERY_STATS = (
+    "recovery_s",
+    "work_lost_gpu_h",
+    "steps_lost",
+    "detect_latency_ms",
+    "serving_latency_ms",
+)
+RECOVERY_VERDICTS = ("recovery_time_verdict", "work_lost_verdict")
+
+
+@dataclass(frozen=True)
+class Stats:
+    """n, median, p90, min and max of one measure's ok trials (None without any)."""
+
+    n: int = 0
+    median: float | None = None
+    p90: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values: pd.Series) -> Stats:
+        v = values.dropna().astype(float)
+        if v.empty:
+            return cls()
+        return cls(
+            len(v),
+            float(v.median()),
+            float(np.percentile(v, 90)),
+            float(v.min()),
+            float(v.max()),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "median": self.median,
+            "p90": self.p90,
+            "min": self.min,
+            "max": self.max,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> Stats:
+        return (
+            cls(**{k: d[k] for k in ("n", "median", "p90", "min", "max") if k in d}) if d else cls()
+        )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One criterion of the plan judged on a statistic: met, not met or undecided."""
+
+    value: float | None
+    threshold: float
+    statistic: str
+    verdict: str
+
+    @classmethod
+    def judge(cls, value: float | None, threshold: float, statistic: str) -> Verdict:
+        verdict = "undecided" if value is None else "met" if value <= threshold else "not met"
+        return cls(value, threshold, statistic, verdict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "value": self.value,
+            "threshold": self.threshold,
+            "statistic": self.statistic,
+            "verdict": self.verdict,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> Verdict | None:
+        return cls(d["value"], d["threshold"], d["statistic"], d["verdict"]) if d else None
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed trial, kept as a row: why, and the workload's own last log lines."""
+
+    trial_id: str
+    arm: str
+    reason: str
+    log_tail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trial_id": self.trial_id,
+            "arm": self.arm,
+            "reason": self.reason,
+            "log_tail": self.log_tail,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Failure:
+        return cls(str(d["trial_id"]), str(d["arm"]), str(d["reason"]), d.get("log_tail"))
+
+
+@dataclass(frozen=True)
+class RecoveryArm:
+    """One fault × arm of a recovery run. The plan's verdicts are judged on the managed arm
+    only (None on the unmanaged one)."""
+
+    fault: str
+    arm: str
+    failed: int
+    recovery_s: Stats
+    work_lost_gpu_h: Stats
+    steps_lost: Stats
+    # How late the harness saw `detected` and `serving_again` (DESIGN §4).
+    detect_latency_ms: Stats = field(default_factory=Stats)
+    serving_latency_ms: Stats = field(default_factory=Stats)
+    recovery_time_verdict: Verdict | None = None
+    work_lost_verdict: Verdict | None = None
+    managed_over_unmanaged_recovery: float | None = None
+
+    _STATS = (
+        "recovery_s",
+        "work_lost_gpu_h",
+        "steps_lost",
+        "detect_latency_ms",
+        "serving_latency_ms",
+    )
+    _VERDICTS = ("recovery_time_verdict", "work_lost_verdict")
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"fault": self.fault, "arm": self.arm, "failed": self.failed}
+        out.update({name: getattr(self, name).to_json() for name in RECOVERY_STATS})
+        # Only the managed arm carries verdicts: the key is absent, not null, elsewhere.
+        out.update({n: v.to_json() for n in RECOVERY_VERDICTS if (v := getattr(self, n))})
+        out["managed_over_unmanaged_recovery"] = self.managed_over_unmanaged_recovery
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RecoveryArm:
+        return cls(
+            fault=str(d["fault"]),
+            arm=str(d["arm"]),
+            failed=int(d.get("failed", 0)),
+            **{name: Stats.from_json(d.get(name)) for name in RECOVERY_STATS},
+            **{name: Verdict.from_json(d.get(name)) for name in RECOVERY_VERDICTS},
+            managed_over_unmanaged_recovery=d.get("managed_over_unmanaged_recovery"),
+        )
+
+
+@dataclass(frozen=True)
+class RecoveryResult:
+    """A recovery run: its trials counted, failures with their reasons, the summary per fault
+    and arm, and where its rows and folders are."""
+
+    poc: str
+    run_id: str
+    cluster: str
+    trials: int
+    failed: int
+    failures: tuple[Failure, ...]
+    includes: tuple[str, ...]
+    summary: tuple[RecoveryArm, ...]
+    trials_files: tuple[str, ...] = ()
+    run_dir: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "poc": self.poc,
+            "run_id": self.run_id,
+            "cluster": self.cluster,
+            "trials": self.trials,
+            "failed": self.failed,
+            "failures": [f.to_json() for f in self.failures],
+            "includes": list(self.includes),
+            "summary": [s.to_json() for s in self.summary],
+            "trials_files": list(self.trials_files),
+            "run_dir": self.run_dir,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RecoveryResult:
+        return cls(
+            poc=str(d.get("poc", "")),
+            run_id=str(d["run_id"]),
+            cluster=str(d["cluster"]),
+            trials=int(d["trials"]),
+            failed=int(d["failed"]),
+            failures=tuple(Failure.from_json(f) for f in d.get("failures", ())),
+            includes=tuple(d.get("includes", ())),
+            summary=tuple(RecoveryArm.from_json(s) for s in d.get("summary", ())),
+            trials_files=tuple(d.get("trials_files", ())),
+            run_dir=str(d.get("run_dir", "")),
+        )
