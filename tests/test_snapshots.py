@@ -260,8 +260,10 @@ def test_planted_residue_is_reported_item_by_item_and_nothing_else(write_plan) -
 
 
 def test_a_partial_snapshot_is_refused_by_the_diff(tmp_path: Path) -> None:
-    # A scheduler that cannot be asked: a genuine 'error' row, so a partial snapshot.
-    env = {**os.environ, "SLURM_CONF": str(tmp_path / "missing.conf")}
+    # A scheduler that cannot be asked: a genuine 'error' row, so a partial snapshot. (An
+    # empty slurm.conf fails at once; a missing one makes every Slurm client retry 60 s.)
+    (tmp_path / "empty.conf").write_text("")
+    env = {**os.environ, "SLURM_CONF": str(tmp_path / "empty.conf")}
     rows = collect("ckpt-node1", Watch(kinds=["scheduler", "users"]), slurm=True, env=env)
     errors = [r for r in rows if r["kind"] == "error"]
     assert errors and errors[0]["key"].startswith("scheduler:")
