@@ -49,6 +49,9 @@ class FaultKind(Generic[C, T]):
     # not when the harness acted: `inject` returns a marker, the trial aliases the landing.
     lands_when_signalled: ClassVar[bool] = False
     never_back: ClassVar[str] = ""  # said when the recovery job never starts after it
+    # The scheduler lists the job ended before its processes are stopped: the trial reads
+    # the copy's log only once the job's wrapper recorded its workload gone.
+    ends_before_its_kill: ClassVar[bool] = False
 
     def inject(self, cluster: C, target: T, recorder: EventRecorder, trial_id: str) -> Event:
         raise NotImplementedError
@@ -131,6 +134,9 @@ class KillStep(_SlurmFault):
 class NodeDown(_SlurmFault):
     kind = "node-down"
     never_back = " — the node never came back"
+    # slurmctld ends the job NODE_FAIL (no COMPLETING) as it marks the node down; the
+    # node's slurmd signals the job after that, and the copy logs on until then.
+    ends_before_its_kill = True
 
     def deliver(self, cluster: SlurmCluster, job: SlurmJob, trial_id: str) -> None:
         cluster.node_down(job.node, reason=f"ckpt-poc fault {trial_id}")

@@ -19,8 +19,10 @@ reads.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -49,16 +51,32 @@ def _ns_init(launcher: subprocess.Popen, timeout: float = 10) -> int:
     return kids[0]
 
 
+# How long a signalled job waits for its workload to be gone before it dies itself.
+WORKLOAD_GONE_WAIT_S = 5.0
+
+
 def run(spec: dict[str, Any]) -> int:
     recorder = EventRecorder(None, jsonl=Path(spec["events"]))
     trial, arm, node = spec["trial_id"], spec["arm"], spec["node"]
     # The job holds its resources from here: the moment `started` marks for recovery.
     recorder.record(trial, arm, "job_started", job_id=os.environ.get("SLURM_JOB_ID"))
+    pidfds: list[int] = []  # once the workload runs: its launcher's and its own pidfd
 
     def signalled(signum: int, _frame: object) -> None:
-        # Slurm's SIGTERM (scancel, time limit) reaches the whole job at once: record when
-        # it landed, then die of it as the workload does.
-        recorder.record(trial, arm, "signalled", signal=signal.Signals(signum).name)
+        # Slurm's SIGTERM (scancel, time limit, a node set down) reaches the whole job at
+        # once: record when it landed. The workload (its own session) dies with its
+        # launcher, which Slurm kills once this process is gone; kill it here instead and
+        # record `workload_exited` once it is gone: from then on nothing of this attempt
+        # writes to the log (a node-down job leaves Slurm's queue before its node has
+        # signalled it, so this record is the harness's only sign). Then die of the signal.
+        name = signal.Signals(signum).name
+        recorder.record(trial, arm, "signalled", signal=name)
+        if pidfds:
+            launcher, workload = pidfds
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(launcher, signal.SIGKILL)
+            if select.select([workload], [], [], WORKLOAD_GONE_WAIT_S)[0]:
+                recorder.record(trial, arm, "workload_exited", signal=name)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -90,6 +108,10 @@ def run(spec: dict[str, Any]) -> int:
         root = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=workload_env())
         pid = _ns_init(root)
         recorder.record(trial, arm, "workload_started", pid=pid)
+    # Readable once the process has exited. Gone already, or no pidfd: a signalled job
+    # dies at once, and the harness waits for `workload_exited` in vain and reads on.
+    with contextlib.suppress(OSError):
+        pidfds[:] = [os.pidfd_open(root.pid), os.pidfd_open(pid)]
     periodic = None
     if criu is not None:
         proc = WorkloadProcess(node, arm, pid, log)

@@ -147,6 +147,10 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         released = cluster.wait_until(job, lambda s: s not in ACTIVE_STATES, setup.timeout_s)
         if released is None:
             raise TrialFailed(f"job {job.job_id} was not released within {setup.timeout_s} s")
+        if fault_type.ends_before_its_kill:  # released on paper only: wait for its end
+            _wait_job_event(
+                rec, events, trial, arm, ("workload_exited",), fault_ev, SIGNAL_RECORD_WAIT_S
+            )
         rec.import_jsonl(events)
         killed_at = log.stat().st_size
         step_at_fault = last_step_before(log, killed_at, regex)
