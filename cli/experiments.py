@@ -93,12 +93,13 @@ def overhead_cmd(
     with command_body():
         from flows.overhead import overhead
         from tasks.experiments.report import checkpoint_lines, overhead_lines
+        from tasks.experiments.results import OverheadResult
 
         result = overhead(str(plan), pairs, timeout_s, wait_for_nodes=not no_wait)
     if as_json:
         write_json(result)
         return
-    _print_lines("Steady-state overhead", overhead_lines(result), result)
+    _print_lines("Steady-state overhead", overhead_lines(OverheadResult.from_json(result)), result)
     _print_lines("Checkpoints taken", checkpoint_lines(result["checkpoints"]), None)
 
 
@@ -116,12 +117,13 @@ def cold_start_cmd(
     with command_body():
         from flows.cold_start import cold_start
         from tasks.experiments.report import cold_start_lines
+        from tasks.experiments.results import ColdStartResult
 
         result = cold_start(str(plan), repeats, timeout_s, wait_for_nodes=not no_wait)
     if as_json:
         write_json(result)
         return
-    _print_lines("Cold start", cold_start_lines(result), result)
+    _print_lines("Cold start", cold_start_lines(ColdStartResult.from_json(result)), result)
     out.print(f"plot: {result['plot']}", highlight=False)
 
 

@@ -17,20 +17,21 @@ from flows.common import (
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
 from tasks.data.runctx import open_run
-from tasks.experiments.checkpoints import summarise_checkpoints
 from tasks.experiments.cold_start import (
     cold_start_gate_checks,
+    cold_start_result,
     plot_restore_throughput,
     run_cold_start,
 )
 from tasks.experiments.report import cold_start_markdown
+from tasks.experiments.results import ColdStartResult
 from tasks.experiments.trials import write_and_gate
 
 
 @task(name="time_native_and_restored_starts", cache_policy=NO_CACHE)
 def time_native_and_restored_starts(
     plan: Plan, plan_path: str, repeats: int | None, timeout_s: float, wait_for_nodes: bool
-) -> dict[str, Any]:
+) -> ColdStartResult:
     with open_run(plan, plan_path, "cold_start") as ctx:
         with experiment_holding_nodes(plan, ctx, wait_for_nodes):
             run = run_cold_start(plan, ctx, repeats=repeats, timeout_s=timeout_s)
@@ -39,30 +40,7 @@ def time_native_and_restored_starts(
             run.trials, ctx, "cold_start", cold_start_gate_checks(run.trials, plan)
         )
     plot = plot_restore_throughput(run.trials, run.summary, run.run_dir / "restore-throughput.png")
-    rows = run.trials[run.trials["measure"] == "cold_start"]
-    return {
-        "poc": ctx.poc,
-        "run_id": ctx.run_id,
-        "starts": len(rows),
-        "failed": int((rows["status"] == "failed").sum()),
-        "failures": run.failures,
-        "threshold": plan.success.cold_start_speedup.threshold,
-        **run.summary,
-        "restores": [
-            {
-                "trial_id": r.trial_id,
-                "ready_s": r.ready_s,
-                "restore_s": r.restore_s,
-                "checkpoint_bytes": r.checkpoint_bytes,
-                "restore_gbps": r.restore_gbps,
-            }
-            for r in rows[(rows["arm"] == "managed") & (rows["status"] == "ok")].itertuples()
-        ],
-        "checkpoints": summarise_checkpoints(run.trials),
-        "plot": str(plot),
-        "trials_files": [str(f) for f in files],
-        "run_dir": str(run.run_dir),
-    }
+    return cold_start_result(run, plan, ctx, files, plot)
 
 
 @flow(name="cold_start", flow_run_name=run_name("cold start"))
@@ -84,4 +62,4 @@ def cold_start(
         markdown=cold_start_markdown(result),
         description="Cold start: native vs restore (measured)",
     )
-    return result
+    return result.to_json()

@@ -17,20 +17,20 @@ from flows.common import (
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
 from tasks.data.runctx import open_run
-from tasks.experiments.checkpoints import summarise_checkpoints
 from tasks.experiments.overhead import (
     overhead_gate_checks,
+    overhead_result,
     run_overhead,
-    summarise_overhead,
 )
 from tasks.experiments.report import overhead_markdown
+from tasks.experiments.results import OverheadResult
 from tasks.experiments.trials import write_and_gate
 
 
 @task(name="time_interleaved_runs", cache_policy=NO_CACHE)
 def time_interleaved_runs(
     plan: Plan, plan_path: str, pairs: int | None, timeout_s: float, wait_for_nodes: bool
-) -> dict[str, Any]:
+) -> OverheadResult:
     with open_run(plan, plan_path, "overhead") as ctx:
         with experiment_holding_nodes(plan, ctx, wait_for_nodes):
             run = run_overhead(plan, ctx, pairs=pairs, timeout_s=timeout_s)
@@ -38,19 +38,7 @@ def time_interleaved_runs(
         files = write_and_gate(
             run.trials, ctx, "overhead", overhead_gate_checks(run.trials, plan, run.events)
         )
-    rows = run.trials[run.trials["measure"] == "overhead"]
-    return {
-        "poc": ctx.poc,
-        "run_id": ctx.run_id,
-        "runs": len(rows),
-        "failed": int((rows["status"] == "failed").sum()),
-        "failures": run.failures,
-        "threshold_pct": plan.success.overhead_pct.threshold,
-        "variants": summarise_overhead(run.trials, plan),
-        "checkpoints": summarise_checkpoints(run.trials),
-        "trials_files": [str(f) for f in files],
-        "run_dir": str(run.run_dir),
-    }
+    return overhead_result(run, plan, ctx, files)
 
 
 @flow(name="overhead", flow_run_name=run_name("overhead"))
@@ -70,4 +58,4 @@ def overhead(
         markdown=overhead_markdown(result),
         description="Steady-state overhead and the cost of checkpointing (measured)",
     )
-    return result
+    return result.to_json()

@@ -13,7 +13,7 @@ from tasks.experiments.report import (
     recovery_verdicts,
     verdict_line,
 )
-from tasks.experiments.results import RecoveryResult
+from tasks.experiments.results import ColdStartResult, RecoveryResult
 
 
 def _arm(fault: str, arm: str, median: float, verdicts: bool) -> dict:
@@ -134,7 +134,7 @@ def test_cold_start_markdown_shows_the_plot_inline(png: Path) -> None:
         "plot": str(png),
         "failures": [],
     }
-    md = cold_start_markdown(result)
+    md = cold_start_markdown(ColdStartResult.from_json(result))
     first = next(line for line in md.splitlines() if line.startswith("- "))
     assert first.startswith("- cold-start speed-up (native launch / restore) median 2.45×")
     assert first.endswith("vs ≥ 1.5×: met")  # decided by its CI, which the line gives

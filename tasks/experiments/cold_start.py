@@ -37,8 +37,9 @@ from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail, preflight_local
 from tasks.engine.probes import LogProgressProbe, wait_ready
-from tasks.experiments.checkpoints import checkpoint_rows
+from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
 from tasks.experiments.overhead import ensure_overhead_supports
+from tasks.experiments.results import ColdStartResult, Failure, Restore
 from tasks.experiments.stats import compare_speedup, fit_throughput
 from tasks.experiments.trials import (
     LOG_TAIL,
@@ -304,3 +305,30 @@ def cold_start_gate_checks(trials: pd.DataFrame, plan: Plan) -> list[CheckResult
         )
     )
     return checks
+
+
+def cold_start_result(
+    run: ColdStartRun, plan: Plan, ctx: RunContext, files: list[Path], plot: Path
+) -> ColdStartResult:
+    """The run as the stage hands it on: the speed-up, the restores, the plot, its files."""
+    rows = run.trials[run.trials["measure"] == "cold_start"]
+    restored = rows[(rows["arm"] == "managed") & (rows["status"] == "ok")]
+    return ColdStartResult(
+        poc=ctx.poc,
+        run_id=ctx.run_id,
+        starts=len(rows),
+        failed=int(run.summary["failed"]),
+        failures=tuple(Failure.from_json(f) for f in run.failures),
+        threshold=plan.success.cold_start_speedup.threshold,
+        speedup=run.summary["speedup"],
+        restore_throughput=run.summary["restore_throughput"],
+        page_cache=tuple(run.summary["page_cache"]),
+        restores=tuple(
+            Restore(r.trial_id, r.ready_s, r.restore_s, r.checkpoint_bytes, r.restore_gbps)
+            for r in restored.itertuples()
+        ),
+        checkpoints=summarise_checkpoints(run.trials),
+        plot=str(plot),
+        trials_files=tuple(str(f) for f in files),
+        run_dir=str(run.run_dir),
+    )

@@ -36,7 +36,8 @@ from tasks.engine.clusters.local import LocalCluster
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail, preflight_local
 from tasks.engine.probes import LogProgressProbe
-from tasks.experiments.checkpoints import checkpoint_rows
+from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
+from tasks.experiments.results import Failure, OverheadResult
 from tasks.experiments.stats import compare_paired
 from tasks.experiments.trials import (
     LOG_TAIL,
@@ -280,3 +281,22 @@ def overhead_gate_checks(
         )
     )
     return checks
+
+
+def overhead_result(
+    run: OverheadRun, plan: Plan, ctx: RunContext, files: list[Path]
+) -> OverheadResult:
+    """The run as the stage hands it on: counted, summarised per variant, with its files."""
+    rows = run.trials[run.trials["measure"] == "overhead"]
+    return OverheadResult(
+        poc=ctx.poc,
+        run_id=ctx.run_id,
+        runs=len(rows),
+        failed=int((rows["status"] == "failed").sum()),
+        failures=tuple(Failure.from_json(f) for f in run.failures),
+        threshold_pct=plan.success.overhead_pct.threshold,
+        variants=summarise_overhead(run.trials, plan),
+        checkpoints=summarise_checkpoints(run.trials),
+        trials_files=tuple(str(f) for f in files),
+        run_dir=str(run.run_dir),
+    )

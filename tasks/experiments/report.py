@@ -14,7 +14,7 @@ from tasks.baseline.exposure import EXPOSED_STATES, LIMITATIONS, REPORTED_APART
 from tasks.baseline.run import BaselineResult
 from tasks.data import render
 from tasks.data.render import fixed, markdown_table, pct, sig
-from tasks.experiments.results import Failure, RecoveryResult
+from tasks.experiments.results import ColdStartResult, Failure, OverheadResult, RecoveryResult
 
 
 def _state_note(state: str) -> str:
@@ -371,10 +371,10 @@ def recovery_markdown(result: RecoveryResult) -> str:
 # --- overhead and cold start --------------------------------------------------------------------
 
 
-def overhead_lines(result: dict[str, Any]) -> list[str]:
+def overhead_lines(result: OverheadResult) -> list[str]:
     """The overhead result as plain sentences (terminal and markdown alike)."""
     lines = []
-    for variant, v in result["variants"].items():
+    for variant, v in result.variants.items():
         c = v["comparison"]
         head = f"{variant}: {v['runs']} runs, {v['failed']} failed"
         if c is None:
@@ -389,7 +389,7 @@ def overhead_lines(result: dict[str, Any]) -> list[str]:
         )
         if variant == "steady":
             lines.append(
-                f"  verdict vs {result['threshold_pct']} %: {c['verdict']} ({c['verdict_reason']})"
+                f"  verdict vs {result.threshold_pct} %: {c['verdict']} ({c['verdict_reason']})"
             )
         else:
             lines.append(f"  {v['note']}")
@@ -398,11 +398,11 @@ def overhead_lines(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def overhead_verdicts(result: dict[str, Any]) -> list[str]:
+def overhead_verdicts(result: OverheadResult) -> list[str]:
     """The plan's overhead criterion, judged on the steady variant only."""
-    steady = result["variants"].get("steady")
+    steady = result.variants.get("steady")
     c = steady["comparison"] if steady else None
-    threshold = f"{result['threshold_pct']:g} %"
+    threshold = f"{result.threshold_pct:g} %"
     if c is None:
         return [
             verdict_line(
@@ -428,7 +428,7 @@ def overhead_verdicts(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def overhead_markdown(result: dict[str, Any]) -> str:
+def overhead_markdown(result: OverheadResult) -> str:
     lines = [
         "# Steady-state overhead and the cost of checkpointing",
         "",
@@ -438,13 +438,13 @@ def overhead_markdown(result: dict[str, Any]) -> str:
         "",
         "## Numbers (measured)",
         "",
-        f"Run `{result['run_id']}`: interleaved A B B A runs of the managed and the unmanaged "
+        f"Run `{result.run_id}`: interleaved A B B A runs of the managed and the unmanaged "
         "copy, each timed from its first to its last progress line.",
         "",
     ]
     lines += [f"- {line.strip()}" for line in overhead_lines(result)]
-    lines += ["", "## Checkpoints taken", "", *checkpoint_lines(result["checkpoints"])]
-    lines += failure_lines(result["failures"], "Failed runs")
+    lines += ["", "## Checkpoints taken", "", *checkpoint_lines(result.checkpoints)]
+    lines += failure_lines(result.failures, "Failed runs")
     return "\n".join(lines)
 
 
@@ -464,8 +464,8 @@ def checkpoint_lines(checkpoints: dict[str, Any]) -> list[str]:
     return lines or ["- none"]
 
 
-def cold_start_lines(result: dict[str, Any]) -> list[str]:
-    s = result["speedup"]
+def cold_start_lines(result: ColdStartResult) -> list[str]:
+    s = result.speedup
     lines = []
     if s is None:
         lines.append("no native and restored start to compare")
@@ -479,21 +479,21 @@ def cold_start_lines(result: dict[str, Any]) -> list[str]:
         lines.append(
             f"speed-up (native/restore, {s['statistic']}): {fixed(s['speedup'], 2)}× "
             f"(95% CI {fixed(s['ci_low'], 2)} … {fixed(s['ci_high'], 2)}); verdict vs "
-            f"{result['threshold']}×: {s['verdict']} ({s['verdict_reason']})"
+            f"{result.threshold}×: {s['verdict']} ({s['verdict_reason']})"
         )
-    fit = result["restore_throughput"]
+    fit = result.restore_throughput
     if fit:
         lines.append(
             f"restore throughput: {fixed(fit['gbps'], 2)} GB/s ({fit['method']}, n={fit['n']})"
             + (f"; {fit['note']}" if fit.get("note") else "")
         )
-    lines.append(f"page cache before each timed start: {', '.join(result['page_cache'])}")
+    lines.append(f"page cache before each timed start: {', '.join(result.page_cache)}")
     return lines
 
 
-def cold_start_verdicts(result: dict[str, Any]) -> list[str]:
-    s = result["speedup"]
-    threshold = f"{result['threshold']:g}×"
+def cold_start_verdicts(result: ColdStartResult) -> list[str]:
+    s = result.speedup
+    threshold = f"{result.threshold:g}×"
     if s is None:
         return [
             verdict_line(
@@ -530,7 +530,7 @@ def png_data_uri(path: str | Path) -> str | None:
     return render.png_data_uri(data)
 
 
-def cold_start_markdown(result: dict[str, Any]) -> str:
+def cold_start_markdown(result: ColdStartResult) -> str:
     lines = [
         "# Cold start: native launch against restore",
         "",
@@ -540,7 +540,7 @@ def cold_start_markdown(result: dict[str, Any]) -> str:
         "",
         "## Numbers (measured)",
         "",
-        f"Run `{result['run_id']}`: the same ready probe ends both clocks (native launch → "
+        f"Run `{result.run_id}`: the same ready probe ends both clocks (native launch → "
         "ready on the unmanaged arm, restore → ready on the managed arm).",
         "",
     ]
@@ -550,21 +550,21 @@ def cold_start_markdown(result: dict[str, Any]) -> str:
         ("trial", "restore → ready s", "criu restore s", "checkpoint MB", "GB/s"),
         [
             [
-                r["trial_id"],
-                fixed(r["ready_s"]),
-                fixed(r["restore_s"]),
-                f"{r['checkpoint_bytes'] / 1e6:.1f}",
-                fixed(r["restore_gbps"], 2),
+                r.trial_id,
+                fixed(r.ready_s),
+                fixed(r.restore_s),
+                "—" if r.checkpoint_bytes is None else f"{r.checkpoint_bytes / 1e6:.1f}",
+                fixed(r.restore_gbps, 2),
             ]
-            for r in result["restores"]
+            for r in result.restores
         ],
         "lrrrr",
     )
-    uri = png_data_uri(result["plot"])
+    uri = png_data_uri(result.plot)
     lines += ["", "## Restore seconds against checkpoint size", ""]
     if uri:
         lines.append(f"![restore seconds against checkpoint bytes]({uri})")
-    lines += ["", f"The plot's file: `{result['plot']}`", "", "## Checkpoints taken", ""]
-    lines += checkpoint_lines(result["checkpoints"])
-    lines += failure_lines(result["failures"], "Failed starts")
+    lines += ["", f"The plot's file: `{result.plot}`", "", "## Checkpoints taken", ""]
+    lines += checkpoint_lines(result.checkpoints)
+    lines += failure_lines(result.failures, "Failed starts")
     return "\n".join(lines)

@@ -205,3 +205,134 @@ class RecoveryResult:
             trials_files=tuple(d.get("trials_files", ())),
             run_dir=str(d.get("run_dir", "")),
         )
+
+
+@dataclass(frozen=True)
+class OverheadResult:
+    """An overhead run: interleaved runs counted, per variant (steady, checkpointed) the
+    comparison against the plan's threshold, and the checkpoints the managed arm took."""
+
+    poc: str
+    run_id: str
+    runs: int
+    failed: int
+    failures: tuple[Failure, ...]
+    threshold_pct: float
+    variants: Mapping[str, Any]  # tasks.experiments.overhead.summarise_overhead
+    checkpoints: Mapping[str, Any]  # tasks.experiments.checkpoints.summarise_checkpoints
+    trials_files: tuple[str, ...] = ()
+    run_dir: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "poc": self.poc,
+            "run_id": self.run_id,
+            "runs": self.runs,
+            "failed": self.failed,
+            "failures": [f.to_json() for f in self.failures],
+            "threshold_pct": self.threshold_pct,
+            "variants": dict(self.variants),
+            "checkpoints": dict(self.checkpoints),
+            "trials_files": list(self.trials_files),
+            "run_dir": self.run_dir,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> OverheadResult:
+        return cls(
+            poc=str(d.get("poc", "")),
+            run_id=str(d["run_id"]),
+            runs=int(d.get("runs", 0)),
+            failed=int(d.get("failed", 0)),
+            failures=tuple(Failure.from_json(f) for f in d.get("failures", ())),
+            threshold_pct=float(d["threshold_pct"]),
+            variants=d.get("variants", {}),
+            checkpoints=d.get("checkpoints", {}),
+            trials_files=tuple(d.get("trials_files", ())),
+            run_dir=str(d.get("run_dir", "")),
+        )
+
+
+@dataclass(frozen=True)
+class Restore:
+    """One timed restore of the managed arm: its clock, the restore's part and the image."""
+
+    trial_id: str
+    ready_s: float | None
+    restore_s: float | None
+    checkpoint_bytes: float | None
+    restore_gbps: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trial_id": self.trial_id,
+            "ready_s": self.ready_s,
+            "restore_s": self.restore_s,
+            "checkpoint_bytes": self.checkpoint_bytes,
+            "restore_gbps": self.restore_gbps,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> Restore:
+        keys = ("ready_s", "restore_s", "checkpoint_bytes", "restore_gbps")
+        return cls(str(d["trial_id"]), *(d.get(k) for k in keys))
+
+
+@dataclass(frozen=True)
+class ColdStartResult:
+    """A cold-start run: native launches and restores timed to the same ready event, the
+    speed-up with its CI and verdict, the fitted restore throughput and the plot."""
+
+    poc: str
+    run_id: str
+    starts: int
+    failed: int  # every failed row of the run (starts and checkpoints)
+    failures: tuple[Failure, ...]
+    threshold: float
+    speedup: Mapping[str, Any] | None  # tasks.experiments.stats.compare_speedup
+    restore_throughput: Mapping[str, Any] | None  # tasks.experiments.stats.fit_throughput
+    page_cache: tuple[str, ...]
+    restores: tuple[Restore, ...]
+    checkpoints: Mapping[str, Any]
+    plot: str
+    trials_files: tuple[str, ...] = ()
+    run_dir: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "poc": self.poc,
+            "run_id": self.run_id,
+            "starts": self.starts,
+            "failed": self.failed,
+            "failures": [f.to_json() for f in self.failures],
+            "threshold": self.threshold,
+            "speedup": None if self.speedup is None else dict(self.speedup),
+            "restore_throughput": None
+            if self.restore_throughput is None
+            else dict(self.restore_throughput),
+            "page_cache": list(self.page_cache),
+            "restores": [r.to_json() for r in self.restores],
+            "checkpoints": dict(self.checkpoints),
+            "plot": self.plot,
+            "trials_files": list(self.trials_files),
+            "run_dir": self.run_dir,
+        }
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> ColdStartResult:
+        return cls(
+            poc=str(d.get("poc", "")),
+            run_id=str(d["run_id"]),
+            starts=int(d.get("starts", 0)),
+            failed=int(d.get("failed", 0)),
+            failures=tuple(Failure.from_json(f) for f in d.get("failures", ())),
+            threshold=float(d["threshold"]),
+            speedup=d.get("speedup"),
+            restore_throughput=d.get("restore_throughput"),
+            page_cache=tuple(d.get("page_cache", ())),
+            restores=tuple(Restore.from_json(r) for r in d.get("restores", ())),
+            checkpoints=d.get("checkpoints", {}),
+            plot=str(d.get("plot", "")),
+            trials_files=tuple(d.get("trials_files", ())),
+            run_dir=str(d.get("run_dir", "")),
+        )
