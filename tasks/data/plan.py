@@ -3,9 +3,9 @@
 A plan is a YAML file validated by the pydantic models below. ``load_plan`` reads it and
 ``ensure_plan_is_valid`` raises ``PlanError`` listing *every* problem with its field path and
 YAML line, so a platform engineer fixes the whole file in one pass. The YAML itself is read
-strictly too: a repeated key is an error naming both lines, a syntax error is one line
-``file:line:col``, every number is finite and bounded, and a Slurm plan's nodes are checked
-with ``sinfo`` when the cluster answers (tasks/data/plan_cluster.py).
+strictly too (tasks/data/plan_yaml.py): a repeated key is an error naming both lines, a syntax
+error is one line ``file:line:col``; every number is finite and bounded, and a Slurm plan's
+nodes are checked with ``sinfo`` when the cluster answers (tasks/data/plan_cluster.py).
 """
 
 from __future__ import annotations
@@ -33,6 +33,14 @@ from pydantic import (
 
 from tasks.data.errors import PlanError
 from tasks.data.plan_cluster import check_slurm_nodes
+from tasks.data.plan_yaml import (
+    DuplicateKeysError,
+    duplicate_key_problems,
+    file_line,
+    parse_yaml,
+    validation_problems,
+    yaml_error_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -473,140 +481,8 @@ class Plan(_Strict):
         return self
 
 
-# --- loading, with field paths mapped back to YAML lines -------------------------------------
-
-
-def _yaml_line(root: yaml.Node | None, loc: tuple[int | str, ...]) -> int | None:
-    """The 1-based YAML line of the deepest node on ``loc`` that exists in the file."""
-    node = root
-    line = node.start_mark.line + 1 if node is not None else None
-    for part in loc:
-        if isinstance(node, yaml.MappingNode):
-            match = next(((k, v) for k, v in node.value if k.value == part), None)
-            if match is None:
-                break
-            key, node = match
-            line = key.start_mark.line + 1  # the key's line reads best ("success:")
-        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
-            if part >= len(node.value):
-                break
-            node = node.value[part]
-            line = node.start_mark.line + 1
-        else:
-            break
-    return line
-
-
-def _problem_lines(path: str, root: yaml.Node | None, exc: ValidationError) -> list[str]:
-    lines = []
-    for err in exc.errors():
-        # Drop pydantic's union-branch tags (e.g. 'sacct-file') so paths read like the YAML.
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("sacct-")))
-        field = ".".join(str(p) for p in loc) or "(plan)"
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
-            message = "required field is missing"
-        line = _yaml_line(root, loc)
-        where = f"{path}:{line}" if line else path
-        # A cross-field problem lists its own field paths; split them into separate lines.
-        for part in message.split("; ") if loc == () else [message]:
-            lines.append(f"{where}: {field}: {part}" if loc else f"{where}: {part}")
-    return lines
-
-
 def plan_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
-
-
-# --- reading the YAML: duplicate keys refused, syntax errors on one line ---------------------
-
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-class DuplicateKeysError(yaml.YAMLError):
-    """A mapping repeats a key; plain YAML would silently keep the last value."""
-
-    def __init__(self, duplicates: list[tuple[tuple[str | int, ...], int, int]]) -> None:
-        # (field path of the repeated key, line of its first use, line of the repeat)
-        self.duplicates = duplicates
-        super().__init__(f"{len(duplicates)} duplicate key(s)")
-
-
-def _duplicate_keys(root: yaml.Node) -> list[tuple[tuple[str | int, ...], int, int]]:
-    """Every repeated mapping key under ``root``, at any depth, with both of its lines."""
-    duplicates: list[tuple[tuple[str | int, ...], int, int]] = []
-    visited: set[int] = set()  # an alias points back at a node already walked
-
-    def walk(node: yaml.Node, path: tuple[str | int, ...]) -> None:
-        if id(node) in visited:
-            return
-        visited.add(id(node))
-        if isinstance(node, yaml.MappingNode):
-            first_line_by_key: dict[tuple[str, str], int] = {}
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    walk(value_node, path)
-                    continue
-                # `<<: *base` merges are meant to be overridden by the keys beside them.
-                if key_node.tag != _MERGE_TAG:
-                    key = (key_node.tag, key_node.value)  # tag resolved: "a" and a are one key
-                    line = key_node.start_mark.line + 1
-                    if key in first_line_by_key:
-                        duplicates.append(((*path, key_node.value), first_line_by_key[key], line))
-                    else:
-                        first_line_by_key[key] = line
-                walk(value_node, (*path, key_node.value))
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                walk(item, (*path, i))
-
-    walk(root, ())
-    return duplicates
-
-
-class PlanLoader(yaml.SafeLoader):
-    """yaml.SafeLoader that raises DuplicateKeysError on a repeated key at any depth."""
-
-    def compose_document(self) -> yaml.Node:
-        root = super().compose_document()
-        duplicates = _duplicate_keys(root)
-        if duplicates:
-            raise DuplicateKeysError(duplicates)
-        return root
-
-
-def _parse_yaml(text: str) -> tuple[yaml.Node | None, Any]:
-    """One parse: the node tree (for YAML lines) and the data built from that same tree."""
-    loader = PlanLoader(text)
-    try:
-        root = loader.get_single_node()
-        return root, (loader.construct_document(root) if root is not None else None)
-    finally:
-        loader.dispose()
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _yaml_error_line(path: str, text: str, exc: yaml.YAMLError) -> str:
-    """``file:line:col: not valid YAML: what is wrong``, one line (yaml's str() is several)."""
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        what = _one_line(exc.problem or exc.context or "invalid YAML")
-        if exc.problem and exc.context and exc.context_mark is not None:
-            what += f" ({_one_line(exc.context)} at line {exc.context_mark.line + 1})"
-        return f"{path}:{mark.line + 1}:{mark.column + 1}: not valid YAML: {what}"
-    if isinstance(exc, yaml.reader.ReaderError):
-        # The reader counts characters, not lines: find the line and column ourselves.
-        line = text.count("\n", 0, exc.position) + 1
-        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
-        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
-        return (
-            f"{path}:{line}:{column}: not valid YAML: unacceptable character #x{code:04x}: "
-            f"{_one_line(exc.reason)}"
-        )
-    return f"{path}: not valid YAML: {_one_line(str(exc))}"
 
 
 # --- the way out exists ----------------------------------------------------------------------
@@ -620,19 +496,17 @@ def check_uninstall_command(
     Slurm or Kubernetes a bare name runs on the nodes (or the admin host), where this machine
     cannot look: a name missing here is a warning there, a problem for a local plan."""
     program = plan.exit.uninstall[0]
-    loc = ("exit", "uninstall")
-    line = _yaml_line(root, loc)
-    where = f"{path}:{line}" if line else path
+    here = file_line(path, root, ("exit", "uninstall"))
     if "/" in program:
         resolved = Path(program) if Path(program).is_absolute() else REPO_ROOT / program
         if not resolved.is_file():
-            return [f"{where}: exit.uninstall: {program!r} does not exist ({resolved})"], []
+            return [f"{here}: exit.uninstall: {program!r} does not exist ({resolved})"], []
         if not os.access(resolved, os.X_OK):
-            return [f"{where}: exit.uninstall: {program!r} is not executable ({resolved})"], []
+            return [f"{here}: exit.uninstall: {program!r} is not executable ({resolved})"], []
         return [], []
     if shutil.which(program) is not None:
         return [], []
-    message = f"{where}: exit.uninstall: {program!r} is not found on PATH"
+    message = f"{here}: exit.uninstall: {program!r} is not found on PATH"
     if plan.cluster.kind == "local":
         return [message], []
     return [], [f"{message} here; it runs on the {plan.cluster.kind} nodes, not checked there"]
@@ -652,17 +526,12 @@ def check_plan_against_cluster(
     if plan.cluster.kind != "slurm":
         return [], []
     check = check_slurm_nodes(plan.cluster.nodes, plan.cluster.queue)
-
-    def where(loc: tuple[str | int, ...]) -> str:
-        line = _yaml_line(root, loc)
-        return f"{path}:{line}" if line else path
-
     if check.skipped is not None:
-        loc = ("cluster", "nodes")
-        warning = f"{where(loc)}: cluster.nodes: not checked against the cluster: {check.skipped}"
+        here = file_line(path, root, ("cluster", "nodes"))
+        warning = f"{here}: cluster.nodes: not checked against the cluster: {check.skipped}"
         return [], [warning]
     problems = [
-        f"{where(loc)}: {'.'.join(str(p) for p in loc)}: {message}"
+        f"{file_line(path, root, loc)}: {'.'.join(str(p) for p in loc)}: {message}"
         for loc, message in check.problems
     ]
     return problems, []
@@ -680,23 +549,17 @@ def load_plan(path: str | Path, *, check_cluster: bool = True) -> Plan:
     except (OSError, UnicodeDecodeError) as exc:
         raise PlanError(path, [f"{path}: cannot read plan: {exc}"]) from exc
     try:
-        root, data = _parse_yaml(text)
+        root, data = parse_yaml(text)
     except DuplicateKeysError as exc:
-        problems = [
-            f"{path}:{again}: {'.'.join(str(p) for p in loc)}: duplicate key "
-            f"{str(loc[-1])!r}, first at line {first}, again at line {again} "
-            "(YAML would silently keep the last)"
-            for loc, first, again in exc.duplicates
-        ]
-        raise PlanError(path, problems) from exc
+        raise PlanError(path, duplicate_key_problems(path, exc)) from exc
     except yaml.YAMLError as exc:
-        raise PlanError(path, [_yaml_error_line(path, text, exc)]) from exc
+        raise PlanError(path, [yaml_error_line(path, text, exc)]) from exc
     if not isinstance(data, dict):
         raise PlanError(path, [f"{path}:1: the plan must be a YAML mapping"])
     try:
         plan = Plan.model_validate(data)
     except ValidationError as exc:
-        raise PlanError(path, _problem_lines(path, root, exc)) from exc
+        raise PlanError(path, validation_problems(path, root, exc)) from exc
     problems, warnings = check_uninstall_command(path, root, plan)
     if check_cluster:
         more_problems, more_warnings = check_plan_against_cluster(path, root, plan)
