@@ -8,11 +8,40 @@ test writes by hand). A renamed field then breaks here, at import, not in a repo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 import pandas as pd
+
+
+def _json(value: Any) -> Any:
+    """A result's field in its JSON form: results by their to_json, tuples as lists,
+    mappings as dicts, the rest as it is."""
+    if hasattr(value, "to_json"):
+        return value.to_json()
+    if isinstance(value, tuple):
+        return [_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+class JsonForm:
+    """``to_json`` from the dataclass's fields, in their order. ``_OMIT_NONE``: fields whose
+    key is absent, not null, when they are None."""
+
+    _OMIT_NONE: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if value is None and f.name in self._OMIT_NONE:
+                continue
+            out[f.name] = _json(value)
+        return out
+
 
 STATS_KEYS = ("n", "median", "p90", "min", "max")
 # The measures a recovery summary gives per fault and arm, each as Stats.
@@ -27,7 +56,7 @@ RECOVERY_VERDICTS = ("recovery_time_verdict", "work_lost_verdict")
 
 
 @dataclass(frozen=True)
-class Stats:
+class Stats(JsonForm):
     """n, median, p90, min and max of one measure's ok trials (None without any)."""
 
     n: int = 0
@@ -49,24 +78,13 @@ class Stats:
             float(v.max()),
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "n": self.n,
-            "median": self.median,
-            "p90": self.p90,
-            "min": self.min,
-            "max": self.max,
-        }
-
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> Stats:
-        return (
-            cls(**{k: d[k] for k in ("n", "median", "p90", "min", "max") if k in d}) if d else cls()
-        )
+        return cls(**{k: d[k] for k in STATS_KEYS if k in d}) if d else cls()
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Verdict(JsonForm):
     """One criterion of the plan judged on a statistic: met, not met or undecided."""
 
     value: float | None
@@ -79,21 +97,13 @@ class Verdict:
         verdict = "undecided" if value is None else "met" if value <= threshold else "not met"
         return cls(value, threshold, statistic, verdict)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "value": self.value,
-            "threshold": self.threshold,
-            "statistic": self.statistic,
-            "verdict": self.verdict,
-        }
-
     @classmethod
     def from_json(cls, d: Mapping[str, Any] | None) -> Verdict | None:
         return cls(d["value"], d["threshold"], d["statistic"], d["verdict"]) if d else None
 
 
 @dataclass(frozen=True)
-class Failure:
+class Failure(JsonForm):
     """A failed trial, kept as a row: why, and the workload's own last log lines."""
 
     trial_id: str
@@ -101,21 +111,13 @@ class Failure:
     reason: str
     log_tail: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "trial_id": self.trial_id,
-            "arm": self.arm,
-            "reason": self.reason,
-            "log_tail": self.log_tail,
-        }
-
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Failure:
         return cls(str(d["trial_id"]), str(d["arm"]), str(d["reason"]), d.get("log_tail"))
 
 
 @dataclass(frozen=True)
-class RecoveryArm:
+class RecoveryArm(JsonForm):
     """One fault × arm of a recovery run. The plan's verdicts are judged on the managed arm
     only (None on the unmanaged one)."""
 
@@ -131,23 +133,8 @@ class RecoveryArm:
     recovery_time_verdict: Verdict | None = None
     work_lost_verdict: Verdict | None = None
     managed_over_unmanaged_recovery: float | None = None
-
-    _STATS = (
-        "recovery_s",
-        "work_lost_gpu_h",
-        "steps_lost",
-        "detect_latency_ms",
-        "serving_latency_ms",
-    )
-    _VERDICTS = ("recovery_time_verdict", "work_lost_verdict")
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"fault": self.fault, "arm": self.arm, "failed": self.failed}
-        out.update({name: getattr(self, name).to_json() for name in RECOVERY_STATS})
-        # Only the managed arm carries verdicts: the key is absent, not null, elsewhere.
-        out.update({n: v.to_json() for n in RECOVERY_VERDICTS if (v := getattr(self, n))})
-        out["managed_over_unmanaged_recovery"] = self.managed_over_unmanaged_recovery
-        return out
+    # Only the managed arm carries verdicts: the key is absent, not null, elsewhere.
+    _OMIT_NONE = RECOVERY_VERDICTS
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RecoveryArm:
@@ -162,7 +149,7 @@ class RecoveryArm:
 
 
 @dataclass(frozen=True)
-class RecoveryResult:
+class RecoveryResult(JsonForm):
     """A recovery run: its trials counted, failures with their reasons, the summary per fault
     and arm, and where its rows and folders are."""
 
@@ -176,20 +163,6 @@ class RecoveryResult:
     summary: tuple[RecoveryArm, ...]
     trials_files: tuple[str, ...] = ()
     run_dir: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "poc": self.poc,
-            "run_id": self.run_id,
-            "cluster": self.cluster,
-            "trials": self.trials,
-            "failed": self.failed,
-            "failures": [f.to_json() for f in self.failures],
-            "includes": list(self.includes),
-            "summary": [s.to_json() for s in self.summary],
-            "trials_files": list(self.trials_files),
-            "run_dir": self.run_dir,
-        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> RecoveryResult:
@@ -208,7 +181,7 @@ class RecoveryResult:
 
 
 @dataclass(frozen=True)
-class OverheadResult:
+class OverheadResult(JsonForm):
     """An overhead run: interleaved runs counted, per variant (steady, checkpointed) the
     comparison against the plan's threshold, and the checkpoints the managed arm took."""
 
@@ -222,20 +195,6 @@ class OverheadResult:
     checkpoints: Mapping[str, Any]  # tasks.experiments.checkpoints.summarise_checkpoints
     trials_files: tuple[str, ...] = ()
     run_dir: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "poc": self.poc,
-            "run_id": self.run_id,
-            "runs": self.runs,
-            "failed": self.failed,
-            "failures": [f.to_json() for f in self.failures],
-            "threshold_pct": self.threshold_pct,
-            "variants": dict(self.variants),
-            "checkpoints": dict(self.checkpoints),
-            "trials_files": list(self.trials_files),
-            "run_dir": self.run_dir,
-        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> OverheadResult:
@@ -254,7 +213,7 @@ class OverheadResult:
 
 
 @dataclass(frozen=True)
-class Restore:
+class Restore(JsonForm):
     """One timed restore of the managed arm: its clock, the restore's part and the image."""
 
     trial_id: str
@@ -263,15 +222,6 @@ class Restore:
     checkpoint_bytes: float | None
     restore_gbps: float | None
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "trial_id": self.trial_id,
-            "ready_s": self.ready_s,
-            "restore_s": self.restore_s,
-            "checkpoint_bytes": self.checkpoint_bytes,
-            "restore_gbps": self.restore_gbps,
-        }
-
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Restore:
         keys = ("ready_s", "restore_s", "checkpoint_bytes", "restore_gbps")
@@ -279,7 +229,7 @@ class Restore:
 
 
 @dataclass(frozen=True)
-class ColdStartResult:
+class ColdStartResult(JsonForm):
     """A cold-start run: native launches and restores timed to the same ready event, the
     speed-up with its CI and verdict, the fitted restore throughput and the plot."""
 
@@ -297,26 +247,6 @@ class ColdStartResult:
     plot: str
     trials_files: tuple[str, ...] = ()
     run_dir: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "poc": self.poc,
-            "run_id": self.run_id,
-            "starts": self.starts,
-            "failed": self.failed,
-            "failures": [f.to_json() for f in self.failures],
-            "threshold": self.threshold,
-            "speedup": None if self.speedup is None else dict(self.speedup),
-            "restore_throughput": None
-            if self.restore_throughput is None
-            else dict(self.restore_throughput),
-            "page_cache": list(self.page_cache),
-            "restores": [r.to_json() for r in self.restores],
-            "checkpoints": dict(self.checkpoints),
-            "plot": self.plot,
-            "trials_files": list(self.trials_files),
-            "run_dir": self.run_dir,
-        }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ColdStartResult:
