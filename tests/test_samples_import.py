@@ -16,8 +16,9 @@ from tasks.data.datasets import QUARANTINE, SAMPLE_GAPS, SAMPLES, read_dataset
 from tasks.data.plan import load_plan
 from tasks.data.runctx import open_run
 from tasks.data.runs import committed_runs
-from tasks.window.sampling import importer
-from tasks.window.sampling.importer import SampleImportError, import_samples
+from tasks.window.sampling import csv_export, importer
+from tasks.window.sampling.csv_export import SampleImportError
+from tasks.window.sampling.importer import import_samples
 from tests.conftest import REPO
 
 T0 = 1_767_225_600  # 2026-01-01T00:00:00Z
@@ -168,12 +169,12 @@ BAD_REASONS = {
 }
 
 
-@pytest.mark.parametrize("block", [importer.READ_BLOCK, 64])
+@pytest.mark.parametrize("block", [csv_export.READ_BLOCK, 64])
 def test_bad_rows_are_quarantined_by_line_with_reason_and_raw_text(
     tmp_path, write_plan, monkeypatch, block
 ) -> None:
     # A tiny block makes pyarrow hand back many batches: line numbers must still hold.
-    monkeypatch.setattr(importer, "READ_BLOCK", block)
+    monkeypatch.setattr(csv_export, "READ_BLOCK", block)
     path = _csv(tmp_path, BAD)
     summary, ctx = _run(write_plan, path)
     assert summary["rows_read"] == len(BAD) - 1
