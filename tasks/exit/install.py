@@ -321,26 +321,8 @@ def install(
         lay = layout(plan, node, dropin_dir)
         staging = staging_root / node
         staging.mkdir(parents=True, exist_ok=True)
-        wrapper = staging / WRAPPER
-        wrapper.write_text(wrapper_text(plan, lay.prefix))
-        sources: dict[Path, tuple[Path, str]] = {  # target: (source, mode)
-            lay.prefix / "bin" / "criu": (criu, "0755"),
-            lay.prefix / "bin" / WRAPPER: (wrapper, "0755"),
-        }
-        if spank is not None and lay.hook is not None:
-            dropin = staging / lay.hook.name
-            dropin.write_text(
-                f"# ckpt-poc PoC {plan.poc}: opt-in flag --ckpt-poc (removed by its uninstall)\n"
-                f"optional {lay.prefix / 'lib' / SPANK_SO} poc={plan.poc} prefix={lay.prefix}\n"
-            )
-            sources[lay.prefix / "lib" / SPANK_SO] = (spank, "0644")
-            sources[lay.hook] = (dropin, "0644")
-        # Every folder up to one that exists: `install -d` makes missing parents too, and
-        # each one it makes must be in the manifest to be removed again.
-        parents = [d for d in reversed(lay.prefix.parents) if d != Path("/")]
-        wanted_dirs = [*parents, lay.prefix, lay.prefix / "bin"]
-        if spank is not None:
-            wanted_dirs.append(lay.prefix / "lib")
+        sources = _staged_sources(plan, lay, staging, criu, spank)
+        wanted_dirs = _wanted_dirs(lay, spank)
         existing = _existing(plan, node, [*wanted_dirs, *sources, lay.manifest])
         if lay.manifest in existing:
             rec.record(
@@ -364,35 +346,10 @@ def install(
                 "install: refusing to overwrite them (nothing was written)"
             )
         new_dirs = [d for d in wanted_dirs if d not in existing]
-        manifest = {
-            "poc": plan.poc,
-            "node": node,
-            "checkpointer": "criu",
-            "prefix": str(lay.prefix),
-            "hooks": [str(lay.hook)] if lay.hook is not None and spank is not None else [],
-            "dirs": [str(d) for d in new_dirs],
-            "files": [
-                {"path": str(t), "sha256": _sha256(src), "mode": mode, "source": str(src)}
-                for t, (src, mode) in sources.items()
-            ],
-            "processes": [],  # install starts no daemon
-            "reconfigure": False,  # plugstack drop-ins are read per job step: no reconfigure
-            "installed_by": who(),
-            "run_id": ctx.run_id,
-            "installed_at": ctx.started_at.isoformat(),
-        }
+        manifest = _manifest(plan, ctx, lay, sources, new_dirs, spank)
         staged_manifest = staging / MANIFEST
         write_json_atomically(staged_manifest, manifest)
-        steps: list[list[str]] = []
-        if new_dirs:
-            steps.append(["install", "-d", "-m", "0755", *map(str, new_dirs)])
-        # The manifest first: a half-done install is still undone exactly by uninstall.
-        tmp = lay.prefix / f".{MANIFEST}.tmp"
-        steps.append(["install", "-m", "0644", str(staged_manifest), str(tmp)])
-        steps.append(["mv", "-f", "--", str(tmp), str(lay.manifest)])
-        for target, (src, mode) in sources.items():
-            steps.append(["install", "-m", mode, str(src), str(target)])
-        for argv in steps:
+        for argv in _install_steps(lay, staged_manifest, new_dirs, sources):
             done = _step(plan, rec, node, "install", argv)
             if done.returncode != 0:
                 if recorder is None:
@@ -423,6 +380,85 @@ def install(
     if recorder is None:
         rec.flush()
     return result
+
+
+def _staged_sources(
+    plan: Plan, lay: NodeLayout, staging: Path, criu: Path, spank: Path | None
+) -> dict[Path, tuple[Path, str]]:
+    """What install copies where, ``{target: (source, mode)}``; the wrapper and the drop-in
+    are written into ``staging`` first."""
+    wrapper = staging / WRAPPER
+    wrapper.write_text(wrapper_text(plan, lay.prefix))
+    sources: dict[Path, tuple[Path, str]] = {  # target: (source, mode)
+        lay.prefix / "bin" / "criu": (criu, "0755"),
+        lay.prefix / "bin" / WRAPPER: (wrapper, "0755"),
+    }
+    if spank is not None and lay.hook is not None:
+        dropin = staging / lay.hook.name
+        dropin.write_text(
+            f"# ckpt-poc PoC {plan.poc}: opt-in flag --ckpt-poc (removed by its uninstall)\n"
+            f"optional {lay.prefix / 'lib' / SPANK_SO} poc={plan.poc} prefix={lay.prefix}\n"
+        )
+        sources[lay.prefix / "lib" / SPANK_SO] = (spank, "0644")
+        sources[lay.hook] = (dropin, "0644")
+    return sources
+
+
+def _wanted_dirs(lay: NodeLayout, spank: Path | None) -> list[Path]:
+    """Every folder up to one that exists: `install -d` makes missing parents too, and
+    each one it makes must be in the manifest to be removed again."""
+    parents = [d for d in reversed(lay.prefix.parents) if d != Path("/")]
+    wanted_dirs = [*parents, lay.prefix, lay.prefix / "bin"]
+    if spank is not None:
+        wanted_dirs.append(lay.prefix / "lib")
+    return wanted_dirs
+
+
+def _manifest(
+    plan: Plan,
+    ctx: RunContext,
+    lay: NodeLayout,
+    sources: dict[Path, tuple[Path, str]],
+    new_dirs: list[Path],
+    spank: Path | None,
+) -> dict[str, Any]:
+    """The node's manifest: every folder install creates and every file with its sha256."""
+    return {
+        "poc": plan.poc,
+        "node": lay.node,
+        "checkpointer": "criu",
+        "prefix": str(lay.prefix),
+        "hooks": [str(lay.hook)] if lay.hook is not None and spank is not None else [],
+        "dirs": [str(d) for d in new_dirs],
+        "files": [
+            {"path": str(t), "sha256": _sha256(src), "mode": mode, "source": str(src)}
+            for t, (src, mode) in sources.items()
+        ],
+        "processes": [],  # install starts no daemon
+        "reconfigure": False,  # plugstack drop-ins are read per job step: no reconfigure
+        "installed_by": who(),
+        "run_id": ctx.run_id,
+        "installed_at": ctx.started_at.isoformat(),
+    }
+
+
+def _install_steps(
+    lay: NodeLayout,
+    staged_manifest: Path,
+    new_dirs: list[Path],
+    sources: dict[Path, tuple[Path, str]],
+) -> list[list[str]]:
+    """The argv lists install runs on the node, in order: folders, the manifest, the files."""
+    steps: list[list[str]] = []
+    if new_dirs:
+        steps.append(["install", "-d", "-m", "0755", *map(str, new_dirs)])
+    # The manifest first: a half-done install is still undone exactly by uninstall.
+    tmp = lay.prefix / f".{MANIFEST}.tmp"
+    steps.append(["install", "-m", "0644", str(staged_manifest), str(tmp)])
+    steps.append(["mv", "-f", "--", str(tmp), str(lay.manifest)])
+    for target, (src, mode) in sources.items():
+        steps.append(["install", "-m", mode, str(src), str(target)])
+    return steps
 
 
 def opt_in(
