@@ -257,6 +257,70 @@ def _pairs_to_decide(
     return max(n + 1, math.ceil(n * (half / gap) ** 2))
 
 
+def _overhead_verdict(
+    n: int, ci: tuple[float, float], threshold_pct: float, min_pairs: int
+) -> tuple[str, str]:
+    """(verdict, reason) of "overhead at most threshold_pct": the whole CI on one side."""
+    if n < min_pairs:
+        return "undecided", f"only {n} pair(s); at least {min_pairs} are needed for a verdict"
+    if ci[1] <= threshold_pct:
+        return "met", f"CI upper bound {ci[1]:.3g} % <= threshold {threshold_pct:g} %"
+    if ci[0] > threshold_pct:
+        return "not met", f"CI lower bound {ci[0]:.3g} % > threshold {threshold_pct:g} %"
+    return (
+        "undecided",
+        f"CI [{ci[0]:.3g}, {ci[1]:.3g}] % contains the threshold {threshold_pct:g} %",
+    )
+
+
+def _straddle_warning(
+    n: int,
+    ci: tuple[float, float],
+    centre: float,
+    threshold_pct: float,
+    confidence: float,
+    mde: float | None,
+) -> str:
+    """Why enough pairs still leave the verdict undecided, and how many more would decide."""
+    need = _pairs_to_decide(n, ci, centre, threshold_pct)
+    return (
+        f"{confidence:.0%} CI [{ci[0]:.3g}, {ci[1]:.3g}] % straddles the {threshold_pct:g} % "
+        f"threshold: too much spread for {n} pairs to decide"
+        + (
+            f" (MDE {mde:.3g} %); about {need} pairs at this spread would"
+            if need is not None and mde is not None
+            else "; the median sits on the threshold"
+        )
+    )
+
+
+def _too_few_pairs_warning(n: int, alpha: float) -> str | None:
+    """A warning when the exact sign-flip test cannot reach p < alpha with n pairs, else None."""
+    smallest_p = 2.0 / 2**n
+    if smallest_p < alpha:
+        return None
+    need_pairs = next(k for k in range(n, 64) if 2.0 / 2**k < alpha)
+    return (
+        f"with {n} pairs the paired test cannot reach p < {alpha:g} (its smallest p is "
+        f"{smallest_p:.3g}): at least {need_pairs} pairs are needed to show any difference"
+    )
+
+
+def _difference(p: float, ci: tuple[float, float], alpha: float) -> tuple[str, str]:
+    """(difference, reason): a difference is claimed only when the test and the CI agree."""
+    contains_zero = ci[0] <= 0 <= ci[1]
+    if p >= alpha or contains_zero:
+        why = f"p = {p:.3g}" + (" >= " if p >= alpha else " < ") + f"{alpha:g}"
+        why += (
+            ", CI contains 0" if contains_zero else f", CI [{ci[0]:.3g}, {ci[1]:.3g}] % excludes 0"
+        )
+        if (p >= alpha) != contains_zero:
+            why += ": test and CI disagree, so no difference is claimed"
+        return "no difference", why
+    difference = "managed slower" if ci[0] > 0 else "managed faster"
+    return difference, f"p = {p:.3g} < {alpha:g} and CI [{ci[0]:.3g}, {ci[1]:.3g}] % excludes 0"
+
+
 def compare_paired(
     managed: ArrayLike,
     unmanaged: ArrayLike,
@@ -287,59 +351,21 @@ def compare_paired(
     log_r = np.log(ratios)
     mde = minimum_detectable_effect(log_r, alpha=alpha) * 100 if n >= 2 else None
 
-    if n < min_pairs:
-        verdict = "undecided"
-        reason = f"only {n} pair(s); at least {min_pairs} are needed for a verdict"
-    elif ci[1] <= threshold_pct:
-        verdict = "met"
-        reason = f"CI upper bound {ci[1]:.3g} % <= threshold {threshold_pct:g} %"
-    elif ci[0] > threshold_pct:
-        verdict = "not met"
-        reason = f"CI lower bound {ci[0]:.3g} % > threshold {threshold_pct:g} %"
-    else:
-        verdict = "undecided"
-        reason = f"CI [{ci[0]:.3g}, {ci[1]:.3g}] % contains the threshold {threshold_pct:g} %"
-
+    verdict, reason = _overhead_verdict(n, ci, threshold_pct, min_pairs)
     warnings = []
     if n >= min_pairs and verdict == "undecided":
-        need = _pairs_to_decide(n, ci, centre, threshold_pct)
-        warnings.append(
-            f"{confidence:.0%} CI [{ci[0]:.3g}, {ci[1]:.3g}] % straddles the {threshold_pct:g} % "
-            f"threshold: too much spread for {n} pairs to decide"
-            + (
-                f" (MDE {mde:.3g} %); about {need} pairs at this spread would"
-                if need is not None and mde is not None
-                else "; the median sits on the threshold"
-            )
-        )
+        warnings.append(_straddle_warning(n, ci, centre, threshold_pct, confidence, mde))
     # The exact sign-flip test cannot go below 2 / 2**n: with too few pairs no difference,
     # however large, can be shown, and an MDE from the normal approximation would mislead.
-    smallest_p = 2.0 / 2**n
-    if smallest_p >= alpha:
-        need_pairs = next(k for k in range(n, 64) if 2.0 / 2**k < alpha)
+    too_few = _too_few_pairs_warning(n, alpha)
+    if too_few is not None:
         mde = None
-        warnings.append(
-            f"with {n} pairs the paired test cannot reach p < {alpha:g} (its smallest p is "
-            f"{smallest_p:.3g}): at least {need_pairs} pairs are needed to show any difference"
-        )
+        warnings.append(too_few)
     width = ci[1] - ci[0]
     if max_ci_width_pct is not None and width > max_ci_width_pct:
         warnings.append(f"CI width {width:.3g} % exceeds max_ci_width_pct {max_ci_width_pct:g} %")
-
-    # A difference is claimed only when the test and the CI agree on it.
     p = test["p_value"]
-    contains_zero = ci[0] <= 0 <= ci[1]
-    if p >= alpha or contains_zero:
-        difference = "no difference"
-        why = f"p = {p:.3g}" + (" >= " if p >= alpha else " < ") + f"{alpha:g}"
-        why += (
-            ", CI contains 0" if contains_zero else f", CI [{ci[0]:.3g}, {ci[1]:.3g}] % excludes 0"
-        )
-        if (p >= alpha) != contains_zero:
-            why += ": test and CI disagree, so no difference is claimed"
-    else:
-        difference = "managed slower" if ci[0] > 0 else "managed faster"
-        why = f"p = {p:.3g} < {alpha:g} and CI [{ci[0]:.3g}, {ci[1]:.3g}] % excludes 0"
+    difference, why = _difference(p, ci, alpha)
 
     return {
         "n": n,
