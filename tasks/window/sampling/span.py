@@ -191,24 +191,7 @@ def run_span(
     writer = SpanWriter(ctx)
     # The first read primes every backend (CPU counters, driver timestamps): rows start here.
     mono0, wall0 = time.monotonic(), dt.datetime.now(dt.UTC)
-    for node, backend in backends.items():
-        try:
-            _, primed_gaps = backend.read()  # its rows cover nothing yet; its gaps say what
-        except CkptPocError as exc:  # it cannot read (e.g. unsupported metrics, a lost GPU)
-            primed_gaps = [
-                gap_row(
-                    node=node,
-                    source=backend.source,
-                    t_from=wall0,
-                    t_to=wall0,
-                    reason=str(exc),
-                    detected_by="sampler",
-                )
-            ]
-        for gap in primed_gaps:
-            gap["t_from"] = gap["t_to"] = wall0
-            gap["gap_s"] = 0.0
-        writer.gaps.extend(primed_gaps)
+    writer.gaps.extend(_prime(backends, wall0))
     for node, backend in backends.items():
         gap = opening_gap(plan, ctx.data_dir, node, backend.source, wall0, salvaged)
         if gap is not None:
@@ -222,30 +205,10 @@ def run_span(
             break
         if stop.wait(max(0.0, next_read - time.monotonic())):
             break
-        read: list[tuple[list[SampleRow], list[GapRow]]] = []
-        for node, backend in backends.items():
-            try:
-                read.append(backend.read())
-            except CkptPocError as exc:  # a backend that cannot read: this interval is a gap
-                gap = gap_row(
-                    node=node,
-                    source=backend.source,
-                    t_from=last_t,
-                    t_to=last_t,
-                    reason=str(exc),
-                    detected_by="sampler",
-                )
-                read.append(([], [gap]))
+        read = [_read_or_gap(node, backend, last_t) for node, backend in backends.items()]
         # One end time per round, so each node's rows tile the span without slivers.
         t_to = wall0 + dt.timedelta(seconds=time.monotonic() - mono0)
-        for rows, gaps in read:
-            for row in rows:
-                row["t_from"], row["t_to"] = last_t, t_to
-            for gap in gaps:
-                gap["t_from"], gap["t_to"] = last_t, t_to
-                gap["gap_s"] = (t_to - last_t).total_seconds()
-            writer.samples.extend(rows)
-            writer.gaps.extend(gaps)
+        _place_round(read, last_t, t_to, writer)
         last_t = t_to
         reads += 1
         if on_read is not None:
@@ -269,3 +232,52 @@ def run_span(
         "to": last_t.isoformat(),
         "data_dir": str(ctx.data_dir),
     }
+
+
+def _read_or_gap(
+    node: str, backend: Backend, at: dt.datetime
+) -> tuple[list[SampleRow], list[GapRow]]:
+    """One read of the node's backend; one that cannot read (unsupported metrics, a lost
+    GPU) gives a gap row instead, its times ``at`` until the round's end is known."""
+    try:
+        return backend.read()
+    except CkptPocError as exc:
+        gap = gap_row(
+            node=node,
+            source=backend.source,
+            t_from=at,
+            t_to=at,
+            reason=str(exc),
+            detected_by="sampler",
+        )
+        return [], [gap]
+
+
+def _prime(backends: Mapping[str, Backend], wall0: dt.datetime) -> list[GapRow]:
+    """The first read of every backend (CPU counters, driver timestamps): its rows cover
+    nothing yet; its gaps, at ``wall0`` and 0 s long, say what cannot be read."""
+    primed: list[GapRow] = []
+    for node, backend in backends.items():
+        _, gaps = _read_or_gap(node, backend, wall0)
+        for gap in gaps:
+            gap["t_from"] = gap["t_to"] = wall0
+            gap["gap_s"] = 0.0
+        primed.extend(gaps)
+    return primed
+
+
+def _place_round(
+    read: list[tuple[list[SampleRow], list[GapRow]]],
+    t_from: dt.datetime,
+    t_to: dt.datetime,
+    writer: SpanWriter,
+) -> None:
+    """Give one round's rows and gaps its times [t_from, t_to] and buffer them."""
+    for rows, gaps in read:
+        for row in rows:
+            row["t_from"], row["t_to"] = t_from, t_to
+        for gap in gaps:
+            gap["t_from"], gap["t_to"] = t_from, t_to
+            gap["gap_s"] = (t_to - t_from).total_seconds()
+        writer.samples.extend(rows)
+        writer.gaps.extend(gaps)
