@@ -109,8 +109,8 @@ from tasks.data.datasets import (
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.data.weeks import week_label, week_start
+from tasks.window.intervals import Interval, intersect, length_s, subtract, union
 
-Interval = tuple[float, float]  # [start, end) in POSIX seconds
 CATEGORIES = ("delivered", "lost", "idle_checkpoint", "idle_recovery", "idle_other")
 # Events that mean a new copy is being brought up after a fault (a restore or a restart).
 RESTART_EVENTS = frozenset(
@@ -130,49 +130,6 @@ SAMPLE_COLUMNS = (
     "t_to",
 )
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-
-
-# --- interval sets: sorted, disjoint, non-empty [a, b) lists -------------------------------
-
-
-def _norm(ivs: Iterable[Interval]) -> list[Interval]:
-    out: list[Interval] = []
-    for a, b in sorted(iv for iv in ivs if iv[1] > iv[0]):
-        if out and a <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], b))
-        else:
-            out.append((a, b))
-    return out
-
-
-def _intersect(x: list[Interval], y: list[Interval]) -> list[Interval]:
-    out, i, j = [], 0, 0
-    while i < len(x) and j < len(y):
-        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
-        if b > a:
-            out.append((a, b))
-        if x[i][1] < y[j][1]:
-            i += 1
-        else:
-            j += 1
-    return out
-
-
-def _subtract(x: list[Interval], y: list[Interval]) -> list[Interval]:
-    out: list[Interval] = []
-    j = 0
-    for a, b in x:
-        while j < len(y) and y[j][1] <= a:
-            j += 1
-        k, cur = j, a
-        while k < len(y) and y[k][0] < b:
-            if y[k][0] > cur:
-                out.append((cur, y[k][0]))
-            cur = max(cur, y[k][1])
-            k += 1
-        if cur < b:
-            out.append((cur, b))
-    return out
 
 
 # --- weeks ---------------------------------------------------------------------------------
@@ -195,10 +152,6 @@ def split_by_week(ivs: Iterable[Interval]) -> dict[str, list[Interval]]:
             out[label].append((a, cut))
             a = cut
     return out
-
-
-def _seconds(ivs: Iterable[Interval]) -> float:
-    return math.fsum(b - a for a, b in ivs)
 
 
 # --- one chain -------------------------------------------------------------------------------
@@ -322,14 +275,7 @@ def classify_chain(
     chain = Chain(run_id, trial_id, arm, gpus)
     if not events:
         return chain
-    start = next(
-        (
-            t
-            for names in (("job_started",), ("launch",), ("restore_start",))
-            if not math.isnan(t := _first(events, names))
-        ),
-        events[0].t,
-    )
+    start = _chain_start(events)
     end = events[-1].t
     events = [e for e in events if e.t >= start]  # before the start: another copy's doing
     if end <= start:
@@ -355,11 +301,7 @@ def classify_chain(
         seg_end = bounds[k + 1]
         seg = [e for e in events if fault <= e.t <= seg_end]
         if "recovery_submitted" in {e.event for e in seg}:  # Slurm released the allocation
-            released = _first(seg, ("detected",))
-            back = _first(seg, ("job_started",), _first(seg, ("recovery_submitted",)))
-            holes.append(
-                (fault if math.isnan(released) else released, seg_end if math.isnan(back) else back)
-            )
+            holes.append(_released(seg, fault, seg_end))
         marker = _first(seg, RESTART_EVENTS)
         new_pts = [(t, s) for t, s in progress if fault < t <= seg_end and t > marker]
         serving = next((e for e in seg if e.event == "serving_again"), None)
@@ -374,19 +316,7 @@ def classify_chain(
             continue
         recovery.append((fault, back_at))
         r = s1 - 1
-        restored = [e for e in seg if e.event == "restored" and e.t <= back_at]
-        index = _int(restored[-1].detail.get("index")) if restored else None
-        ckpt = next(
-            (
-                e.t
-                for e in reversed(events)
-                if e.event == "checkpoint_start"
-                and e.t < fault
-                and index is not None
-                and _int(e.detail.get("index")) == index
-            ),
-            math.nan,
-        )
+        ckpt = _restored_checkpoint_time(events, seg, fault, back_at)
         recoverable = ckpt if not math.isnan(ckpt) else _time_of_step(r, attempts)
         lost_windows.append((recoverable, fault))
         last_pt = [t for t, _ in new_pts]
@@ -395,23 +325,73 @@ def classify_chain(
         spans.append((fault, seg_end))
     if not faults:  # the only attempt ends at its last progress report, not at a fault
         attempts[0].work_to = first_pts[-1][0] if first_pts else start
-    allocated = _subtract(_norm([(start, end)]), _norm(holes))
-    working = _norm((a.work_from, a.work_to) for a in attempts)
-    rec = _intersect(allocated, _norm(recovery))
-    ckpt_frozen = _subtract(_intersect(allocated, _norm(_freezes(events, end))), rec)
-    busy_idle = _norm(rec + ckpt_frozen)
-    progress_time = _subtract(_intersect(allocated, working), busy_idle)
-    lost = _intersect(progress_time, _norm(lost_windows))
+    allocated = subtract(union([(start, end)]), union(holes))
     chain.allocated = allocated
-    chain.parts = {
+    chain.parts = _categories(allocated, attempts, recovery, lost_windows, _freezes(events, end))
+    chain.attempts = [(a, b) for a, b in spans if b > a]
+    return chain
+
+
+def _chain_start(events: list[ChainEvent]) -> float:
+    """When the chain's allocation starts: its job, else its launch, else its first restore."""
+    return next(
+        (
+            t
+            for names in (("job_started",), ("launch",), ("restore_start",))
+            if not math.isnan(t := _first(events, names))
+        ),
+        events[0].t,
+    )
+
+
+def _released(seg: list[ChainEvent], fault: float, seg_end: float) -> Interval:
+    """The hole in the allocation after a fault Slurm released it for: from detection (else
+    the fault) to the recovery job's start (else its submission, else the segment's end)."""
+    released = _first(seg, ("detected",))
+    back = _first(seg, ("job_started",), _first(seg, ("recovery_submitted",)))
+    return (fault if math.isnan(released) else released, seg_end if math.isnan(back) else back)
+
+
+def _restored_checkpoint_time(
+    events: list[ChainEvent], seg: list[ChainEvent], fault: float, back_at: float
+) -> float:
+    """When the checkpoint the copy was restored from began (nan: no restore, or unknown)."""
+    restored = [e for e in seg if e.event == "restored" and e.t <= back_at]
+    index = _int(restored[-1].detail.get("index")) if restored else None
+    return next(
+        (
+            e.t
+            for e in reversed(events)
+            if e.event == "checkpoint_start"
+            and e.t < fault
+            and index is not None
+            and _int(e.detail.get("index")) == index
+        ),
+        math.nan,
+    )
+
+
+def _categories(
+    allocated: list[Interval],
+    attempts: list[_Attempt],
+    recovery: list[Interval],
+    lost_windows: list[Interval],
+    freezes: list[Interval],
+) -> dict[str, list[Interval]]:
+    """The allocation split into the categories (module docstring), each a list of intervals."""
+    working = union((a.work_from, a.work_to) for a in attempts)
+    rec = intersect(allocated, union(recovery))
+    ckpt_frozen = subtract(intersect(allocated, union(freezes)), rec)
+    busy_idle = union(rec + ckpt_frozen)
+    progress_time = subtract(intersect(allocated, working), busy_idle)
+    lost = intersect(progress_time, union(lost_windows))
+    return {
         "idle_recovery": rec,
         "idle_checkpoint": ckpt_frozen,
         "lost": lost,
-        "delivered": _subtract(progress_time, lost),
-        "idle_other": _subtract(allocated, _norm(busy_idle + working)),
+        "delivered": subtract(progress_time, lost),
+        "idle_other": subtract(allocated, union(busy_idle + working)),
     }
-    chain.attempts = [(a, b) for a, b in spans if b > a]
-    return chain
 
 
 # --- all chains → rows --------------------------------------------------------------------
@@ -453,7 +433,7 @@ def _busy(
         return None, None, 0
     mine = samples[(samples["arm"] == arm).fillna(False).astype(bool)]
     mine = mine[(mine["workload"].isna() | (mine["workload"] == workload)).astype(bool)]
-    everyone = _norm(iv for ivs in week_ivs.values() for iv in ivs)
+    everyone = union(iv for ivs in week_ivs.values() for iv in ivs)
     for device, metric in (("gpu", "gpu_utilization"), ("cpu", "cpu_utilization")):
         rows = mine[((mine["device"] == device) & (mine["metric"] == metric)).astype(bool)]
         if rows.empty:
@@ -463,7 +443,7 @@ def _busy(
         weight = np.zeros(len(rows))
         hit = np.zeros(len(rows), dtype=bool)
         groups = [(trial.isna().to_numpy(bool), everyone)] + [
-            ((trial == t).fillna(False).to_numpy(bool), _norm(ivs)) for t, ivs in week_ivs.items()
+            ((trial == t).fillna(False).to_numpy(bool), union(ivs)) for t, ivs in week_ivs.items()
         ]
         for applies, ivs in groups:
             for a, b in ivs:
@@ -514,14 +494,14 @@ def utilization_rows(
         by_week = split_by_week(chain.allocated)
         for label, ivs in by_week.items():
             key = (chain.arm, label)
-            acc[key]["allocated"] += _seconds(ivs) * gpu_h
+            acc[key]["allocated"] += length_s(ivs) * gpu_h
             alloc_ivs[key][chain.trial_id] += ivs
             jobs[key] += sum(
-                1 for att in chain.attempts if _seconds(_intersect(_norm([att]), _norm(ivs))) > 0
+                1 for att in chain.attempts if length_s(intersect(union([att]), union(ivs))) > 0
             )
         for name, ivs in chain.parts.items():
             for label, pieces in split_by_week(ivs).items():
-                acc[(chain.arm, label)][name] += _seconds(pieces) * gpu_h
+                acc[(chain.arm, label)][name] += length_s(pieces) * gpu_h
     # A week asked for is written even with nothing allocated: both arms, jobs 0, null goodput.
     weeks = [week] if week is not None else sorted({label for _, label in acc})
     rows = []
