@@ -162,42 +162,12 @@ def run_side_by_side(
     workers = WorkerThreads()
     criu: Checkpointer | None = None
     try:
-        for arm in ARMS:
-            copy_dir = run_dir / f"{arm}-copy"
-            copy_dir.mkdir(parents=True, exist_ok=True)
-            recorder.record(trial, arm, "launch", slot=slots[arm])
-            procs[arm] = cluster.start(slots[arm], arm, copy_argv(plan.workload.command, copy_dir))
-            recorder.record(trial, arm, "started", pid=procs[arm].pid)
-            if plan.workload.progress_probe and plan.workload.progress_probe.log_regex:
-                workers.probes.append(
-                    SurfacingProbe(
-                        procs[arm].log, plan.workload.progress_probe.log_regex, recorder, trial, arm
-                    ).start()
-                )
+        _start_copies(plan, cluster, run_dir, recorder, trial, slots, procs, workers)
         criu = managed_checkpointer(plan, run_dir / "criu", recorder, trial)
         workers.periodic = PeriodicCheckpoints(
             criu, procs["managed"], plan.checkpointer.interval_s
         ).start()
-        ready: dict[str, bool] = {}
-        if plan.workload.ready_probe:
-            for arm in ARMS:
-                ready[arm] = wait_ready(
-                    plan.workload.ready_probe.url,
-                    recorder,
-                    trial,
-                    arm,
-                    timeout=timeout_s,
-                    alive=workers.alive_and_well(procs[arm]),
-                )
-            serve_until = time.monotonic() + serve_s
-            while time.monotonic() < serve_until:
-                workers.check()
-                time.sleep(min(0.05, max(0.0, serve_until - time.monotonic())))
-        else:
-            deadline = time.monotonic() + timeout_s
-            while any(p.alive() for p in procs.values()) and time.monotonic() < deadline:
-                workers.check()
-                time.sleep(0.05)
+        ready = _follow_copies(plan, recorder, trial, procs, workers, timeout_s, serve_s)
         for arm, proc in procs.items():
             if not proc.alive():
                 recorder.record(trial, arm, "exited", pid=proc.pid)
@@ -212,6 +182,79 @@ def run_side_by_side(
         files = recorder.flush()
     if failures:
         raise failures[0]  # a worker thread died: the run fails with its exception
+    return _result(run_dir, recorder, trial, slots, procs, workers, ready, files)
+
+
+def _start_copies(
+    plan: Plan,
+    cluster: LocalCluster,
+    run_dir: Path,
+    recorder: EventRecorder,
+    trial: str,
+    slots: dict[str, str],
+    procs: dict[str, WorkloadProcess],
+    workers: WorkerThreads,
+) -> None:
+    """Start each arm's copy on its slot, and its progress probe; ``procs`` and ``workers``
+    are filled as each starts, so the caller stops what started even when one fails."""
+    for arm in ARMS:
+        copy_dir = run_dir / f"{arm}-copy"
+        copy_dir.mkdir(parents=True, exist_ok=True)
+        recorder.record(trial, arm, "launch", slot=slots[arm])
+        procs[arm] = cluster.start(slots[arm], arm, copy_argv(plan.workload.command, copy_dir))
+        recorder.record(trial, arm, "started", pid=procs[arm].pid)
+        if plan.workload.progress_probe and plan.workload.progress_probe.log_regex:
+            workers.probes.append(
+                SurfacingProbe(
+                    procs[arm].log, plan.workload.progress_probe.log_regex, recorder, trial, arm
+                ).start()
+            )
+
+
+def _follow_copies(
+    plan: Plan,
+    recorder: EventRecorder,
+    trial: str,
+    procs: dict[str, WorkloadProcess],
+    workers: WorkerThreads,
+    timeout_s: float,
+    serve_s: float,
+) -> dict[str, bool]:
+    """Wait while the copies run: a server until both are ready and ``serve_s`` more, a
+    training until both end or ``timeout_s``. Returns each arm's readiness (servers only)."""
+    ready: dict[str, bool] = {}
+    if plan.workload.ready_probe:
+        for arm in ARMS:
+            ready[arm] = wait_ready(
+                plan.workload.ready_probe.url,
+                recorder,
+                trial,
+                arm,
+                timeout=timeout_s,
+                alive=workers.alive_and_well(procs[arm]),
+            )
+        serve_until = time.monotonic() + serve_s
+        while time.monotonic() < serve_until:
+            workers.check()
+            time.sleep(min(0.05, max(0.0, serve_until - time.monotonic())))
+    else:
+        deadline = time.monotonic() + timeout_s
+        while any(p.alive() for p in procs.values()) and time.monotonic() < deadline:
+            workers.check()
+            time.sleep(0.05)
+    return ready
+
+
+def _result(
+    run_dir: Path,
+    recorder: EventRecorder,
+    trial: str,
+    slots: dict[str, str],
+    procs: dict[str, WorkloadProcess],
+    workers: WorkerThreads,
+    ready: dict[str, bool],
+    files: list[Path],
+) -> SideBySideResult:
     probes = workers.probes
     periodic = workers.periodic
     last = {p.arm: p.last for p in probes}
