@@ -75,6 +75,20 @@ class ProcfsSampler:
         now_mono, now_wall = time.monotonic(), dt.datetime.now(dt.UTC)
         now_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
         host = _host_cpu_jiffies(self.proc)
+        jobs, cpu_now = self._scan_jobs()
+        rows: list[SampleRow] = []
+        if self._last is not None and self._last_wall is not None and self._host is not None:
+            busy = (host[0] - self._host[0]) / CLK_TCK  # CPU seconds the host spent
+            rows = self._rows(busy, now_mono - self._last, self._last_wall, jobs)
+        self._host, self._cpu = host, cpu_now
+        self._last, self._last_wall, self._last_boot = now_mono, now_wall, now_boot
+        return rows, []
+
+    def _scan_jobs(
+        self,
+    ) -> tuple[dict[str, tuple[object, float, int, int]], dict[tuple[int, str], int]]:
+        """Every attributed process's CPU since the previous read and RSS, summed per job:
+        ``({job: (attribution, cpu ticks, rss bytes, processes)}, {(pid, start): ticks})``."""
         jobs: dict[str, tuple[object, float, int, int]] = {}  # job -> (attr, cpu, rss, n)
         cpu_now: dict[tuple[int, str], int] = {}
         seen: set[tuple[int, str]] = set()
@@ -100,63 +114,69 @@ class ProcfsSampler:
             _, cpu, total_rss, n = jobs.get(attr.job_id, (attr, 0.0, 0, 0))
             jobs[attr.job_id] = (attr, cpu + delta, total_rss + rss, n + 1)
         self.attribute.forget_except(seen)
+        return jobs, cpu_now
+
+    def _rows(
+        self,
+        busy: float,
+        seconds: float,
+        t_from: dt.datetime,
+        jobs: dict[str, tuple[object, float, int, int]],
+    ) -> list[SampleRow]:
+        """The host's CPU (``busy`` CPU seconds) and memory, and each job's CPU and RSS, over
+        the ``seconds`` since the previous read (which began at ``t_from``)."""
         rows: list[SampleRow] = []
-        if self._last is not None and self._last_wall is not None and self._host is not None:
-            seconds = now_mono - self._last
-            t_from, t_to = self._last_wall, self._last_wall + dt.timedelta(seconds=seconds)
-            busy = (host[0] - self._host[0]) / CLK_TCK
-            mem = _meminfo(self.proc)
-            common = {"node": self.node, "source": self.source, "device": "cpu"}
-            common_t = {"t_from": t_from, "t_to": t_to}
+        t_to = t_from + dt.timedelta(seconds=seconds)
+        mem = _meminfo(self.proc)
+        common = {"node": self.node, "source": self.source, "device": "cpu"}
+        common_t = {"t_from": t_from, "t_to": t_to}
+        rows.append(
+            sample_row(
+                **common,
+                **common_t,
+                entity="host",
+                metric="cpu_utilization",
+                unit="cores",
+                value=busy / seconds if seconds > 0 else 0.0,
+            )
+        )
+        rows.append(
+            sample_row(
+                **common,
+                **common_t,
+                entity="host",
+                metric="memory_used_bytes",
+                unit="bytes",
+                value=mem.get("MemTotal", 0) - mem.get("MemAvailable", 0),
+            )
+        )
+        for job, (attr, cpu, rss, n) in sorted(jobs.items()):
+            entity = f"job:{job}"
             rows.append(
                 sample_row(
                     **common,
                     **common_t,
-                    entity="host",
+                    entity=entity,
                     metric="cpu_utilization",
                     unit="cores",
-                    value=busy / seconds if seconds > 0 else 0.0,
+                    value=(cpu / CLK_TCK) / seconds if seconds > 0 else 0.0,
+                    points=n,
+                    attribution=attr,  # type: ignore[arg-type]
                 )
             )
             rows.append(
                 sample_row(
                     **common,
                     **common_t,
-                    entity="host",
-                    metric="memory_used_bytes",
+                    entity=entity,
+                    metric="rss_bytes",
                     unit="bytes",
-                    value=mem.get("MemTotal", 0) - mem.get("MemAvailable", 0),
+                    value=rss,
+                    points=n,
+                    attribution=attr,  # type: ignore[arg-type]
                 )
             )
-            for job, (attr, cpu, rss, n) in sorted(jobs.items()):
-                entity = f"job:{job}"
-                rows.append(
-                    sample_row(
-                        **common,
-                        **common_t,
-                        entity=entity,
-                        metric="cpu_utilization",
-                        unit="cores",
-                        value=(cpu / CLK_TCK) / seconds if seconds > 0 else 0.0,
-                        points=n,
-                        attribution=attr,  # type: ignore[arg-type]
-                    )
-                )
-                rows.append(
-                    sample_row(
-                        **common,
-                        **common_t,
-                        entity=entity,
-                        metric="rss_bytes",
-                        unit="bytes",
-                        value=rss,
-                        points=n,
-                        attribution=attr,  # type: ignore[arg-type]
-                    )
-                )
-        self._host, self._cpu = host, cpu_now
-        self._last, self._last_wall, self._last_boot = now_mono, now_wall, now_boot
-        return rows, []
+        return rows
 
     def close(self) -> None:
         pass
