@@ -25,6 +25,7 @@ from tasks.experiments.recovery_trial import (
     app_resume_step,
     base_row,
     checkpoint_started,
+    end_torn_line,
     fail_trial,
     held_step,
     progress_event,
@@ -83,7 +84,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         detected = rec.record(trial, arm, "detected", pid=proc.pid)
         row["detect_latency_ms"] = (detected.t_mono_ns - gone_ns) / 1e6
         row["fault_outcome"] = "process gone"
-        killed_at = proc.log.stat().st_size
+        killed_at = end_torn_line(proc.log)
         step_at_fault = last_step_before(proc.log, killed_at, regex)
         started = rec.record(trial, arm, "started", slot=slot)
         if criu is not None:

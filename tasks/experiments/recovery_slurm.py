@@ -29,6 +29,7 @@ from tasks.experiments.recovery_trial import (
     app_resume_step,
     base_row,
     checkpoint_started,
+    end_torn_line,
     fail_trial,
     held_step,
     progress_event,
@@ -152,7 +153,7 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
                 rec, events, trial, arm, ("workload_exited",), fault_ev, SIGNAL_RECORD_WAIT_S
             )
         rec.import_jsonl(events)
-        killed_at = log.stat().st_size
+        killed_at = end_torn_line(log)
         step_at_fault = last_step_before(log, killed_at, regex)
         if arm == "managed":
             point = CriuCheckpointer.last_complete_under(copy_dir / "criu")

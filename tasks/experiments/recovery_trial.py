@@ -6,6 +6,7 @@ by the plan's cluster.kind, writes and gates)."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -183,6 +184,22 @@ def checkpoint_started(rec: EventRecorder, trial: str, index: int) -> Event:
 def held_step(log: Path, point: Checkpoint, regex: str) -> int:
     """The last step the workload had logged when CRIU froze it."""
     return last_step_before(log, point.held_log_bytes or 0, regex) or 0
+
+
+def end_torn_line(log: Path) -> int:
+    """The size of a dead copy's log (``killed_at``), its last line ended first if the copy
+    died in the middle of writing it. Every attempt appends to the same log: left torn, the
+    next attempt's first line would be glued to the dead one's last step, which the probe
+    then takes for new progress ("resumed at step None")."""
+    with open(log, "rb+") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size == 0:
+            return 0
+        fh.seek(size - 1)
+        if fh.read(1) == b"\n":
+            return size
+        fh.write(b"\n")
+        return size + 1
 
 
 def first_new_step(log: Path, offset: int, regex: str) -> int | None:
