@@ -23,7 +23,7 @@ from pydantic import SecretStr
 
 from tasks.data.errors import BlastRadiusError, SecretError
 from tasks.data.plan import SNAPSHOT_KINDS, Plan, load_plan
-from tasks.engine.checkpointers import cedana
+from tasks.engine.checkpointers import cedana, cedana_leftovers
 
 REPO = Path(__file__).resolve().parent.parent
 TOKEN = "tok-3f9c2a7e-not-a-real-secret"
@@ -461,7 +461,7 @@ def _slurm_calls(plan: Plan, token: SecretStr) -> list[Callable[[], object]]:
         lambda: cedana.sbatch_argv(plan, arm="managed", node=OUTSIDE, job_name="j", script_argv=[]),
         lambda: cedana.checkpoint_request(plan, CONFIG, token, job_id="1", node=OUTSIDE),
         lambda: cedana.restore_request(plan, CONFIG, token, job_id="1", node=OUTSIDE),
-        lambda: cedana.exit_checklist(plan, nodes=[OUTSIDE]),
+        lambda: cedana_leftovers.exit_checklist(plan, nodes=[OUTSIDE]),
     ]
 
 
@@ -479,7 +479,7 @@ def _k8s_calls(plan: Plan, token: SecretStr) -> list[Callable[[], object]]:
             arm="managed",
             node=OUTSIDE,
         ),
-        lambda: cedana.exit_checklist(plan, nodes=[OUTSIDE]),
+        lambda: cedana_leftovers.exit_checklist(plan, nodes=[OUTSIDE]),
     ]
 
 
@@ -504,7 +504,7 @@ def test_every_builder_refuses_a_node_outside_the_plan(
 
 @pytest.mark.parametrize("kind", ["slurm", "kubernetes"])
 def test_expected_leftovers_in_the_snapshot_vocabulary(kind: str) -> None:
-    items = cedana.expected_leftovers(kind)
+    items = cedana_leftovers.expected_leftovers(kind)
     assert all(set(item) == {"kind", "key_glob", "why"} for item in items)
     assert all(item["kind"] in SNAPSHOT_KINDS and item["why"] for item in items)
     pairs = [(item["kind"], item["key_glob"]) for item in items]
@@ -538,12 +538,12 @@ def test_expected_leftovers_in_the_snapshot_vocabulary(kind: str) -> None:
 
 
 def test_exit_checklist_per_plan_node(slurm_plan: Plan) -> None:
-    checklist = cedana.exit_checklist(slurm_plan)
-    per_node = len(cedana.expected_leftovers("slurm"))
+    checklist = cedana_leftovers.exit_checklist(slurm_plan)
+    per_node = len(cedana_leftovers.expected_leftovers("slurm"))
     assert len(checklist) == 2 * per_node
     assert {item["node"] for item in checklist} == set(SLURM_NODES)
     with pytest.raises(cedana.CedanaError, match="no 'local' install"):
-        cedana.expected_leftovers("local")
+        cedana_leftovers.expected_leftovers("local")
 
 
 # Keys as tasks/exit/snapshots.py writes them: each planted leftover must match a glob of its kind.
@@ -580,7 +580,7 @@ UNRELATED = [
 
 @pytest.mark.parametrize("cluster", ["slurm", "kubernetes"])
 def test_leftover_globs_match_snapshot_keys(cluster: str) -> None:
-    globs = cedana.expected_leftovers(cluster)
+    globs = cedana_leftovers.expected_leftovers(cluster)
 
     def matched(kind: str, key: str) -> bool:
         return any(g["kind"] == kind and fnmatch.fnmatchcase(key, g["key_glob"]) for g in globs)

@@ -13,7 +13,8 @@ a run would make, following ../shared/notes/cedana.md. Tests check them as a con
   A job opts in with ``--export=ALL,CEDANA_ENABLE=1`` on the managed arm's sbatch argv only.
   Checkpoint/restore go through Cedana's REST API with a bearer token kept in a SecretStr.
   Removal: ``cedana slurm destroy`` per node, then the exit snapshot checks
-  ``expected_leftovers`` (nothing is deleted that the PoC did not create).
+  ``expected_leftovers`` (tasks/engine/checkpointers/cedana_leftovers.py: nothing is deleted
+  that the PoC did not create).
 - Kubernetes: ``kubectl label nodes N cedana.ai/enabled=true`` per plan node, the Helm
   release with its helper DaemonSet pinned to that label, the auth token given on stdin
   (``--values -``: never on the argv, which ``ps`` shows, never in a file on disk); pods opt in
@@ -31,7 +32,7 @@ import os
 import re
 import urllib.request
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -136,7 +137,7 @@ def load_auth_token(
 # --- blast radius ----------------------------------------------------------------------------
 
 
-def _plan_nodes(plan: Plan, kind: str, nodes: Iterable[str] | None = None) -> list[str]:
+def plan_nodes(plan: Plan, kind: str, nodes: Iterable[str] | None = None) -> list[str]:
     """The nodes to act on: all the plan's by default; any other name is refused first."""
     if plan.cluster.kind != kind:
         raise CedanaError(f"this step is for a {kind} cluster; the plan's is {plan.cluster.kind}")
@@ -169,10 +170,10 @@ def slurm_install_steps(
     plan: Plan, config: CedanaConfig, nodes: Iterable[str] | None = None
 ) -> list[Step]:
     """Per node: plugins, worker setup, health check; the controller only if named (see top)."""
-    chosen = _plan_nodes(plan, "slurm", nodes)
+    chosen = plan_nodes(plan, "slurm", nodes)
     controller = config.controller_node
     if controller is not None:
-        _plan_nodes(plan, "slurm", [controller])
+        plan_nodes(plan, "slurm", [controller])
     steps: list[Step] = []
     for node in chosen:
         plugins = ["slurm", *(["gpu"] if plan.workload.gpus > 0 else [])]
@@ -213,7 +214,7 @@ def slurm_uninstall_steps(plan: Plan, nodes: Iterable[str] | None = None) -> lis
     """``cedana slurm destroy`` per node; what it leaves is checked, not deleted by us."""
     return [
         Step(_srun(plan, node, ["cedana", "slurm", "destroy"]), node, "Cedana's own removal")
-        for node in _plan_nodes(plan, "slurm", nodes)
+        for node in plan_nodes(plan, "slurm", nodes)
     ]
 
 
@@ -226,7 +227,7 @@ def sbatch_argv(
     plan: Plan, *, arm: str, node: str, job_name: str, script_argv: list[str]
 ) -> list[str]:
     """One attempt's sbatch argv, pinned to a plan node in the plan's partition."""
-    _plan_nodes(plan, "slurm", [node])
+    plan_nodes(plan, "slurm", [node])
     argv = [
         "sbatch",
         "--parsable",
@@ -305,7 +306,7 @@ def checkpoint_request(
 ) -> CedanaRequest:
     """Checkpoint one job; ``node`` is where Slurm placed it (squeue), refused if not ours.
     The body's field names are an assumption: the notes give the route, not the schema."""
-    _plan_nodes(plan, "slurm", [node])
+    plan_nodes(plan, "slurm", [node])
     body = {"job_id": _job_id(job_id), "cluster_id": config.cluster_id}
     return CedanaRequest("POST", f"{config.url}/v2/slurm/checkpoint/job", body, token)
 
@@ -320,7 +321,7 @@ def restore_request(
     checkpoint_id: str | None = None,
 ) -> CedanaRequest:
     """Restore the job ``job_id`` (optionally from one checkpoint); Slurm gives it a new id."""
-    _plan_nodes(plan, "slurm", [node])
+    plan_nodes(plan, "slurm", [node])
     body: dict[str, Any] = {"job_id": _job_id(job_id), "cluster_id": config.cluster_id}
     if checkpoint_id is not None:
         body["checkpoint_id"] = str(checkpoint_id)
@@ -414,7 +415,7 @@ def k8s_install_steps(
 ) -> list[Step]:
     """Label the plan's nodes (no --overwrite: a label already there is an error, so the
     uninstall never removes one it did not put), then the Helm release pinned to the label."""
-    chosen = _plan_nodes(plan, "kubernetes", nodes)
+    chosen = plan_nodes(plan, "kubernetes", nodes)
     steps = [
         Step(
             ("kubectl", "label", "nodes", node, f"{NODE_LABEL}=true"),
@@ -432,8 +433,8 @@ def k8s_uninstall_steps(
 ) -> list[Step]:
     """``helm uninstall``, then the label removed from each plan node that did not carry it
     before the install (``labelled_before``: from the before_install snapshot)."""
-    chosen = _plan_nodes(plan, "kubernetes", nodes)
-    _plan_nodes(plan, "kubernetes", labelled_before)
+    chosen = plan_nodes(plan, "kubernetes", nodes)
+    plan_nodes(plan, "kubernetes", labelled_before)
     steps = [
         Step(
             ("helm", "uninstall", HELM_RELEASE, "-n", HELM_NAMESPACE),
@@ -465,7 +466,7 @@ def opt_in_pod(
 ) -> dict[str, Any]:
     """A copy of a Pod manifest for one arm: in the plan's namespace, pinned to a plan node;
     the managed arm opts in (runtimeClassName and cedana.ai labels), the unmanaged never."""
-    _plan_nodes(plan, "kubernetes", [node])
+    plan_nodes(plan, "kubernetes", [node])
     _arm(arm)
     if pod.get("apiVersion") != "v1" or pod.get("kind") != "Pod":
         raise CedanaError("only a v1 Pod manifest is supported (no Deployment, Job, …)")
@@ -501,7 +502,7 @@ def pod_manifest(
     plan: Plan, *, arm: str, node: str, name: str, image: str, command: list[str]
 ) -> dict[str, Any]:
     """A minimal Pod for one arm (GPUs as the plan's workload asks), opted in by ``opt_in_pod``."""
-    _plan_nodes(plan, "kubernetes", [node])
+    plan_nodes(plan, "kubernetes", [node])
     container: dict[str, Any] = {"name": "workload", "image": image, "command": list(command)}
     if plan.workload.gpus:
         container["resources"] = {"limits": {"nvidia.com/gpu": plan.workload.gpus}}
@@ -512,145 +513,3 @@ def pod_manifest(
         "spec": {"restartPolicy": "Never", "containers": [container]},
     }
     return opt_in_pod(pod, plan, arm=arm, node=node)
-
-
-# --- the way out: what Cedana's own removal leaves, in the snapshot's kinds -----------------
-
-
-@dataclass(frozen=True)
-class _Leftover:
-    kind: str
-    key_glob: str
-    why: str
-    clusters: tuple[str, ...] = field(default=("slurm", "kubernetes"))
-
-
-_S, _K = ("slurm",), ("kubernetes",)
-# What `cedana slurm setup` / `cedana k8s setup` apt-install (the notes list these and "…").
-SETUP_PACKAGES = (
-    "libnet-dev",
-    "libprotobuf-c-dev",
-    "libnl-3-dev",
-    "libbsd-dev",
-    "libcap-dev",
-    "libseccomp-dev",
-    "libgpgme11-dev",
-    "iptables",
-    "psmisc",
-)
-_LEFTOVERS: tuple[_Leftover, ...] = (
-    # Both: `cedana slurm destroy` / `cedana k8s destroy` remove the unit file, not its link.
-    _Leftover(
-        "units",
-        "*multi-user.target.wants/cedana.service*",
-        "destroy deletes the unit without `systemctl disable`: a dangling symlink stays",
-    ),
-    _Leftover("files", "/etc/profile.d/cedana.sh", "setup writes it; destroy does not remove it"),
-    _Leftover("sysctls", "fs.pipe-user-pages-soft", "setup writes 0 to /proc; never restored"),
-    _Leftover("sysctls", "fs.pipe-max-size", "setup writes 4194304 to /proc; never restored"),
-    _Leftover(
-        "sysctls",
-        "kernel.io_uring_disabled",
-        "set to 2 (by default on Kubernetes, with the /dev/shm option on Slurm); never restored",
-    ),
-    _Leftover("files", "/run/criu.kdat", "CRIU's kernel-feature cache; destroy's globs miss it"),
-    _Leftover(
-        "files",
-        "/usr/local/bin/criu",
-        "a plugin binary (with file capabilities in Slurm's unprivileged mode); destroy removes "
-        "only *cedana*",
-    ),
-    _Leftover("files", "/usr/local/bin/cuda-checkpoint", "a plugin binary; not *cedana*"),
-    _Leftover("files", "/usr/local/bin/yq", "setup may download it; not *cedana*"),
-    _Leftover("files", "/usr/lib/criu/*.so", "CRIU's CUDA plugin; outside destroy's globs"),
-    _Leftover("files", "/etc/fstab*", "the optional /dev/shm remount edits fstab (+ fstab.bak)"),
-    _Leftover("mounts", "/dev/shm", "the optional /dev/shm remount is not undone"),
-    _Leftover("files", "/tmp/dump-*", "checkpoint images dump-<type>-<jid>-<ts> (temp folder)"),
-    *(
-        _Leftover("packages", name, "setup apt-installs it (if absent); destroy removes none")
-        for name in SETUP_PACKAGES
-    ),
-    _Leftover(
-        "processes",
-        "*cedana*",
-        "a daemon started with `cedana daemon start` outside systemd survives the unit's removal",
-    ),
-    _Leftover(
-        "sockets",
-        "*cedana*",
-        "a surviving daemon still listening (cedana.sock in the runtime folder, or TCP 8080)",
-    ),
-    _Leftover(
-        "ldconfig",
-        "*libcedana*",
-        "inferred: if setup ran ldconfig, the cache keeps the removed libcedana-*.so entries",
-    ),
-    # Slurm wiring: left unless the closed-source `cedana-slurm cleanup` undoes it.
-    _Leftover("scheduler", "file:*/*cedana*.so", "the .so copies in Slurm's PluginDir", _S),
-    _Leftover(
-        "scheduler", "file:*plugstack*", "the `required …/spank_cedana.so` plugstack line", _S
-    ),
-    _Leftover("scheduler", "config:TaskPlugin", "task/cedana added to TaskPlugin", _S),
-    _Leftover("scheduler", "config:CliFilterPlugins", "Cedana's cli_filter plugin", _S),
-    _Leftover("scheduler", "config:JobSubmitPlugins", "Cedana's job_submit plugin", _S),
-    _Leftover("files", "/etc/default/slurmd", "setup's environment for slurmd", _S),
-    _Leftover("units", "*slurmd.service.d/*", "systemd drop-in for slurmd", _S),
-    _Leftover("units", "*slurmctld.service.d/*", "systemd drop-in for slurmctld", _S),
-    _Leftover(
-        "files",
-        "/usr/*bin/cedana-slurm",
-        "the Slurm helper, with file capabilities (setcap) in unprivileged mode",
-        _S,
-    ),
-    # Kubernetes: `cedana k8s destroy` and helm uninstall leave the node-side runtime wiring.
-    _Leftover(
-        "files",
-        "/etc/containerd/conf.d/999-cedana.toml",
-        "containerd runtime `cedana` pointing at a deleted shim",
-        _K,
-    ),
-    _Leftover(
-        "files",
-        "/etc/containerd/config.toml",
-        "config v2: the cedana runtime stanza appended; v3: the imports line",
-        _K,
-    ),
-    _Leftover("files", "*/99-cedana.conf", "kubelet runtimeRequestTimeout: 10m drop-in", _K),
-    _Leftover(
-        "scheduler",
-        f"label:{NODE_LABEL}",
-        "the node label the PoC put on; Helm does not remove it (our uninstall step does)",
-        _K,
-    ),
-    _Leftover(
-        "scheduler",
-        "taint:cedana.ai/not-ready:*",
-        "the helper's taint; removed by the pre-delete hook only if that hook ran",
-        _K,
-    ),
-)
-
-
-def expected_leftovers(cluster_kind: str) -> list[dict[str, str]]:
-    """What Cedana's own removal is known (or, where said, inferred) to leave on a node, as
-    ``{kind, key_glob, why}`` in the snapshot's kinds: the exit diff must name each one.
-
-    ``key_glob`` is an fnmatch glob over tasks/exit/snapshots.py's keys: absolute paths for files
-    and units, dotted names for sysctls, package names, ``config:KEY``, ``file:PATH``,
-    ``label:KEY`` and ``taint:KEY:EFFECT`` for the scheduler."""
-    if cluster_kind not in ("slurm", "kubernetes"):
-        raise CedanaError(f"Cedana has no {cluster_kind!r} install in this PoC")
-    return [
-        {"kind": item.kind, "key_glob": item.key_glob, "why": item.why}
-        for item in _LEFTOVERS
-        if cluster_kind in item.clusters
-    ]
-
-
-def exit_checklist(plan: Plan, nodes: Iterable[str] | None = None) -> list[dict[str, str]]:
-    """Per plan node, the leftovers the after_uninstall snapshot must show gone: checked, never
-    deleted by us (the PoC does not remove what it did not create)."""
-    chosen = _plan_nodes(plan, plan.cluster.kind, nodes)
-    return [
-        {"node": node, **item} for node in chosen for item in expected_leftovers(plan.cluster.kind)
-    ]
