@@ -199,7 +199,7 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     import tasks.baseline.blocks as tbk
     import tasks.baseline.exposure as te
     import tasks.baseline.run as tb
-    import tasks.data.datasets as td
+    import tasks.data.store as td
     import tasks.data.gates as tg
     from tasks.data.plan import load_plan
     from tasks.data.runctx import make_run_context
@@ -242,7 +242,7 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     clock.wrap(tb, "record_and_enforce", "record_and_enforce (gates dataset write)")
     clock.wrap(tb, "write_dataset", "write_dataset (jobs, quarantine, exposure)")
     clock.wrap(td, "conform", "  . conform (cast to the declared schema)")
-    clock.wrap(td, "_week_labels", "  . _week_labels")
+    clock.wrap(td, "arrow_week_labels", "  . arrow_week_labels")
     clock.wrap(td, "_atomic_write", "  . _atomic_write (parquet zstd + fsync)")
 
     profiler = None

@@ -1,7 +1,7 @@
 """Seeded synthetic long window: `samples` and `sample_gaps` as the samplers would write them.
 
 One simulated sampler run per node per day (run id ``sampler-<node>-<YYYYMMDD>``), written
-with ``tasks.data.datasets.write_dataset`` into the real layout and committed with
+with ``tasks.data.store.write_dataset`` into the real layout and committed with
 ``tasks.data.runs.commit_run`` so the readers see it. Each node has 8 GPUs sampled every 10 s
 (``gpu_utilization``, percent; the interval jitters by up to 0.3 s so covered seconds
 differ row to row). Per GPU the day is a sequence of phases (exponential lengths, mean 2 h):
@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, write_dataset
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.runs import commit_run
+from tasks.data.store import write_dataset
 
 GENERATOR_VERSION = "1"
 POC = "bench"

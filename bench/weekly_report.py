@@ -6,7 +6,7 @@ DuckDB SQL on the same long window, each in a fresh subprocess.
 
 The window (bench/synth_samples.py) is generated once into the real dataset layout and
 cached under ``--data`` (default ``.run/bench/weekly-d<days>-g<gpus>-s<seed>-v<version>``);
-both contenders read the committed files that ``tasks.data.datasets.dataset_files`` lists.
+both contenders read the committed files that ``tasks.data.store.dataset_files`` lists.
 
 * ours: ``weekly_sample_summary(files)`` over all weeks, then ``weekly_gap_summary``.
 * duckdb: one SQL query over ``read_parquet([...files], hive_partitioning=true)`` per summary,
@@ -210,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
     import pyarrow.parquet as pq
     from synth_samples import POC
 
-    from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, dataset_files
+    from tasks.data.datasets import SAMPLE_GAPS, SAMPLES
+    from tasks.data.store import dataset_files
 
     print(
         f"weekly report benchmark  {dt.datetime.now():%Y-%m-%d %H:%M}  "

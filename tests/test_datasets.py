@@ -10,18 +10,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.data.datasets import (
-    DATASETS,
-    GATES,
-    conform,
-    read_dataset,
-    read_dataset_dask,
-    write_dataset,
-)
+from tasks.data.datasets import DATASETS, GATES
 from tasks.data.errors import DatasetError
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS, collect_fingerprint
 from tasks.data.gates import build_suite, validate_dataset
 from tasks.data.runs import commit_run
+from tasks.data.store import conform, read_dataset, read_dataset_dask, write_dataset
 
 
 @pytest.mark.parametrize("name", sorted(DATASETS))

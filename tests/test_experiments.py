@@ -14,8 +14,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.data.datasets import EVENTS, GATES, TRIALS, read_dataset
+from tasks.data.datasets import EVENTS, GATES, TRIALS
 from tasks.data.plan import load_plan
+from tasks.data.store import read_dataset
 from tasks.engine.clock import Event
 from tasks.experiments.checkpoints import WORKLOAD_EXITED
 from tasks.experiments.cold_start import cold_start_gate_checks

@@ -16,9 +16,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tasks.data.datasets import DATASETS, DatasetSpec, write_dataset
+from tasks.data.datasets import DATASETS, DatasetSpec
 from tasks.data.plan import Plan, load_plan
 from tasks.data.runs import commit_run, committed_runs
+from tasks.data.store import write_dataset
 from tasks.poc.progress import GateRefused, next_stage, poc_state
 from tasks.poc.stages import STAGE_NAMES as STAGES
 from tasks.poc.stages import WINDOW_DEPLOYMENTS

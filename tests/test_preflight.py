@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tasks.data.datasets import TRIALS, read_dataset
+from tasks.data.datasets import TRIALS
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context, open_run
+from tasks.data.store import read_dataset
 from tasks.engine.clusters.local import LocalCluster
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
 from tasks.engine.preflight import WorkloadDoesNotStart, log_tail, preflight_local

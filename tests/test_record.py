@@ -23,11 +23,11 @@ from tasks.data.datasets import (
     TRIALS,
     UTILIZATION,
     DatasetSpec,
-    write_dataset,
 )
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.data.runs import commit_run
+from tasks.data.store import write_dataset
 from tasks.poc.record import build_record
 from tasks.poc.record.sections import SECTIONS, VERDICT_MEASURES
 from tests.test_weekly import (

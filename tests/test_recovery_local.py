@@ -19,10 +19,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.data.datasets import GATES, TRIALS, read_dataset
+from tasks.data.datasets import GATES, TRIALS
 from tasks.data.errors import BlastRadiusError
 from tasks.data.plan import Fault, Plan, load_plan
 from tasks.data.runctx import make_run_context
+from tasks.data.store import read_dataset
 from tasks.engine import faults
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.clock import EventRecorder

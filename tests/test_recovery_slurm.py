@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks.data.datasets import TRIALS, read_dataset
+from tasks.data.datasets import TRIALS
 from tasks.data.errors import BlastRadiusError
 from tasks.data.plan import Fault, Plan, load_plan
 from tasks.data.runctx import make_run_context, open_run
+from tasks.data.store import read_dataset
 from tasks.engine.clusters.slurm import SlurmCluster, SlurmJob
 from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.recovery import run_recovery, write_and_gate

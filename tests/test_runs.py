@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from tasks.data.datasets import GATES, read_dataset, write_dataset
+from tasks.data.datasets import GATES
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
 from tasks.data.runs import clean_uncommitted, status_summary, uncommitted_runs
+from tasks.data.store import read_dataset, write_dataset
 from tests.conftest import REPO
 from tests.test_datasets import _gate_rows
 
@@ -29,7 +30,8 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from tasks.data.datasets import GATES, write_dataset
+    from tasks.data.datasets import GATES
+    from tasks.data.store import write_dataset
     from tasks.data.plan import load_plan
     from tasks.data.runctx import make_run_context
     from tests.test_datasets import _gate_rows
@@ -158,7 +160,8 @@ def test_the_readme_recipe_reads_committed_runs_only(tmp_path: Path) -> None:
     uncommitted run."""
     import re
 
-    from tasks.data.datasets import TRIALS, read_dataset
+    from tasks.data.datasets import TRIALS
+    from tasks.data.store import read_dataset
 
     readme = (REPO / "README.md").read_text()
     recipe = re.search(

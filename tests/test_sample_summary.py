@@ -18,9 +18,10 @@ import pytest
 
 from bench.synth_samples import POC as SYNTH_POC
 from bench.synth_samples import generate
-from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, dataset_files, write_dataset
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.runs import commit_run
+from tasks.data.store import dataset_files, write_dataset
 from tasks.window.sample_summary import (
     SUMMARY_DTYPES,
     weekly_gap_summary,

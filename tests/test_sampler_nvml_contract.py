@@ -18,8 +18,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, conform
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
+from tasks.data.store import conform
 from tests.fake_nvml import compiled_library, run_sampler
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc for the fake")

@@ -27,8 +27,9 @@ from prometheus_server import (
     write_openmetrics,
 )
 
-from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, DatasetSpec, conform
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, DatasetSpec
 from tasks.data.plan import PrometheusMetric, PrometheusSource
+from tasks.data.store import conform
 from tasks.window.sampling.prometheus import (
     MAX_POINTS_PER_SERIES,
     PrometheusError,
@@ -415,9 +416,9 @@ def test_sample_window_reads_history_from_where_the_last_run_ended(
     """Through the sampler run (tasks.window.sampling.nodes.sample): a first run reads one
     span back, a second starts exactly where the first ended; nothing is read twice, and only
     Prometheus's own holes are gaps."""
-    from tasks.data.datasets import read_dataset
     from tasks.data.plan import load_plan
     from tasks.data.runctx import open_run
+    from tasks.data.store import read_dataset
     from tasks.window.sampling.nodes import sample
 
     metrics = [{"metric": "gpu_utilization", "query": "DCGM_FI_DEV_GPU_UTIL", "unit": "percent"}]

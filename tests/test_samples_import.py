@@ -12,10 +12,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from tasks.data.datasets import QUARANTINE, SAMPLE_GAPS, SAMPLES, read_dataset
+from tasks.data.datasets import QUARANTINE, SAMPLE_GAPS, SAMPLES
 from tasks.data.plan import load_plan
 from tasks.data.runctx import open_run
 from tasks.data.runs import committed_runs
+from tasks.data.store import read_dataset
 from tasks.window.sampling import csv_export, importer
 from tasks.window.sampling.csv_export import SampleImportError
 from tasks.window.sampling.importer import import_samples

@@ -21,12 +21,13 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, read_dataset
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES
 from tasks.data.errors import BlastRadiusError
 from tasks.data.locks import NodesBusy, hold_nodes
 from tasks.data.plan import load_plan
 from tasks.data.runctx import open_run
 from tasks.data.runs import committed_runs
+from tasks.data.store import read_dataset
 from tasks.engine.clusters.local import LocalCluster
 from tasks.window.sampling.nodes import nodes_to_sample, sample
 from tests.conftest import REPO

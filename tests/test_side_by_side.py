@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from tasks.data.datasets import EVENTS, read_dataset
+from tasks.data.datasets import EVENTS
+from tasks.data.store import read_dataset
 from tasks.engine.clock import read_journal
 
 pytestmark = pytest.mark.criu

@@ -13,10 +13,11 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from tasks.data.datasets import EVENTS, UTILIZATION, read_dataset, write_dataset
+from tasks.data.datasets import EVENTS, UTILIZATION
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Fault, load_plan
 from tasks.data.runctx import make_run_context, open_run
+from tasks.data.store import read_dataset, write_dataset
 from tasks.window.utilization import (
     CATEGORIES,
     chain_events,

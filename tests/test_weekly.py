@@ -21,14 +21,12 @@ from tasks.data.datasets import (
     TRIALS,
     UTILIZATION,
     DatasetSpec,
-    normalise_dtypes,
-    read_dataset,
-    write_dataset,
 )
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.data.runs import commit_run
+from tasks.data.store import normalise_dtypes, read_dataset, write_dataset
 from tasks.experiments.stats import compare_paired, compare_speedup
 from tasks.window.weekly import build_weekly_report
 from tasks.window.weekly.extrapolation import daly_interval, expected_waste, young_interval

@@ -29,13 +29,7 @@ from tasks.baseline.exposure import (
     compute_exposure,
     exposure_part,
 )
-from tasks.data.datasets import (
-    DATASETS,
-    EXPOSURE,
-    JOBS,
-    QUARANTINE,
-    write_dataset,
-)
+from tasks.data.datasets import DATASETS, EXPOSURE, JOBS, QUARANTINE
 from tasks.data.errors import AccountingError
 from tasks.data.gates import (
     CheckResult,
@@ -45,6 +39,7 @@ from tasks.data.gates import (
 )
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
+from tasks.data.store import write_dataset
 
 # Above this input size the Dask path is chosen (a 20 M-row history is about 4 GB).
 DASK_THRESHOLD_BYTES = int(os.environ.get("CKPT_POC_DASK_THRESHOLD_BYTES", 2 << 30))

@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tasks.data.datasets import GATES, DatasetSpec, write_dataset
+from tasks.data.datasets import GATES, DatasetSpec
 from tasks.data.errors import GateFailed
 from tasks.data.runctx import RunContext
+from tasks.data.store import write_dataset
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 

@@ -287,7 +287,8 @@ class EventRecorder:
 
     def flush(self) -> list:
         """Write every event recorded since the last flush (one file per flush)."""
-        from tasks.data.datasets import EVENTS, write_dataset
+        from tasks.data.datasets import EVENTS
+        from tasks.data.store import write_dataset
 
         self.flush_journal()
         if self._ctx is None:

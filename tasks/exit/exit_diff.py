@@ -14,10 +14,11 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.datasets import EXIT_DIFF, EXIT_VERDICTS, write_dataset
+from tasks.data.datasets import EXIT_DIFF, EXIT_VERDICTS
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import AllowedChange, Plan
 from tasks.data.runctx import RunContext
+from tasks.data.store import write_dataset
 from tasks.exit.snapshots import latest_snapshot
 
 NOT_COMPARED = ("error", "excluded")

@@ -29,10 +29,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from tasks.data.datasets import SNAPSHOTS, read_dataset, write_dataset
+from tasks.data.datasets import SNAPSHOTS
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.plan import Plan, Watch
 from tasks.data.runctx import REPO_ROOT, RunContext
+from tasks.data.store import read_dataset, write_dataset
 from tasks.exit.collectors import COLLECTORS, Collector, Observation
 from tasks.exit.collectors.processes import (
     COLLECTOR_MODULE,

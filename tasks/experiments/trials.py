@@ -8,12 +8,13 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.datasets import TRIALS, write_dataset
+from tasks.data.datasets import TRIALS
 from tasks.data.errors import CkptPocError
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.gates import CheckResult, plain_check, record_and_enforce, validate_dataset
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
+from tasks.data.store import write_dataset
 
 
 def workload_hash(plan: Plan) -> str:

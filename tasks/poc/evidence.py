@@ -15,9 +15,10 @@ from typing import Any
 import pandas as pd
 
 from tasks.data.arms import ARMS
-from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, SNAPSHOTS, TRIALS, dataset_files, read_dataset
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, SNAPSHOTS, TRIALS
 from tasks.data.plan import Plan
 from tasks.data.runs import committed_runs, run_status
+from tasks.data.store import dataset_files, read_dataset
 from tasks.data.weeks import week_of_path
 
 RECORD_HTML = ("record", "decision-record.html")

@@ -13,9 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from tasks.data.datasets import GATES, read_dataset
+from tasks.data.datasets import GATES
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
+from tasks.data.store import read_dataset
 from tasks.poc.evidence import Evidence
 from tasks.poc.stages import REGISTRY, STAGE_NAMES, WINDOW_DEPLOYMENTS, stage
 

@@ -95,7 +95,7 @@ def _weeks(files: Sequence[str], weeks: Sequence[str] | None) -> list[str]:
 
 def weekly_sample_summary(files: list[str], *, weeks: list[str] | None = None) -> pd.DataFrame:
     """One row per (week, node, arm, workload, device, metric, unit) of the samples in
-    ``files`` (committed runs' files: tasks.data.datasets.dataset_files), for ``weeks`` (all
+    ``files`` (committed runs' files: tasks.data.store.dataset_files), for ``weeks`` (all
     when None). Streams week by week; see the module doc."""
     rows: list[dict[str, Any]] = []
     if files:

@@ -97,17 +97,10 @@ import numpy as np
 import pandas as pd
 
 from tasks.data.arms import ARMS
-from tasks.data.datasets import (
-    EVENTS,
-    SAMPLES,
-    TRIALS,
-    UTILIZATION,
-    normalise_dtypes,
-    read_dataset,
-    write_dataset,
-)
+from tasks.data.datasets import EVENTS, SAMPLES, TRIALS, UTILIZATION
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
+from tasks.data.store import normalise_dtypes, read_dataset, write_dataset
 from tasks.data.weeks import week_label, week_start
 from tasks.window.intervals import Interval, intersect, length_s, subtract, union
 

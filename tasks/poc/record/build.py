@@ -10,10 +10,11 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.datasets import JOBS, read_dataset
+from tasks.data.datasets import JOBS
 from tasks.data.plan import Plan
 from tasks.data.render import records, write_atomically
 from tasks.data.runctx import RunContext
+from tasks.data.store import read_dataset
 from tasks.data.weeks import current_week
 from tasks.poc.record.document import Doc, render_html, render_pdf
 from tasks.poc.record.mistakes import six_mistakes

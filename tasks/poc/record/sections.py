@@ -12,9 +12,10 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.datasets import EXIT_DIFF, read_dataset
+from tasks.data.datasets import EXIT_DIFF
 from tasks.data.plan import Plan
 from tasks.data.render import NO_VALUE, ci, css_class, number, records
+from tasks.data.store import read_dataset
 from tasks.poc.record.document import Doc
 from tasks.poc.record.method import method_lines
 from tasks.poc.record.sources import FIGURE_SOURCES, files_of

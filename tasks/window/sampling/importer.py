@@ -38,9 +38,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.data.datasets import QUARANTINE, SAMPLE_GAPS, SAMPLES, DatasetSpec, write_dataset
+from tasks.data.datasets import QUARANTINE, SAMPLE_GAPS, SAMPLES, DatasetSpec
 from tasks.data.plan import SAMPLE_UNITS, Plan
 from tasks.data.runctx import RunContext
+from tasks.data.store import write_dataset
 from tasks.window.sampling.csv_export import (
     ExportRead,
     SampleImportError,

@@ -15,11 +15,12 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from tasks.data.datasets import TRIALS, read_dataset
+from tasks.data.datasets import TRIALS
 from tasks.data.errors import BlastRadiusError
 from tasks.data.locks import hold_nodes
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
+from tasks.data.store import read_dataset
 from tasks.engine.clusters.base import cluster_kind
 from tasks.window.sampling import Backend
 from tasks.window.sampling.attribution import ProcessAttributor, slurm_jobs_from_trials

@@ -32,11 +32,12 @@ import pandas as pd
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 
-from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, DatasetSpec, dataset_files, write_dataset
+from tasks.data.datasets import SAMPLE_GAPS, SAMPLES, DatasetSpec
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.data.runs import commit_run, uncommitted_runs
+from tasks.data.store import dataset_files, write_dataset
 from tasks.data.weeks import WEEK_PARTITION, week_label
 from tasks.window.sampling import Backend, GapRow, SampleRow, gap_row
 

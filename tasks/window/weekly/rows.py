@@ -18,10 +18,9 @@ from tasks.data.datasets import (
     TRIALS,
     UTILIZATION,
     DatasetSpec,
-    normalise_dtypes,
-    read_dataset,
 )
 from tasks.data.plan import Plan
+from tasks.data.store import normalise_dtypes, read_dataset
 from tasks.data.weeks import week_labels
 from tasks.window.weekly.extrapolation import extrapolated_rows
 from tasks.window.weekly.measures import (

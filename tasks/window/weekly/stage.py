@@ -10,10 +10,11 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.datasets import REPORTS, SAMPLES, dataset_files, write_dataset
+from tasks.data.datasets import REPORTS, SAMPLES
 from tasks.data.plan import Plan
 from tasks.data.render import records
 from tasks.data.runctx import RunContext
+from tasks.data.store import dataset_files, write_dataset
 from tasks.data.weeks import current_week
 from tasks.window.weekly.measures import sampled_rows
 from tasks.window.weekly.model import ROW_COLUMNS

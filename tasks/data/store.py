@@ -1,0 +1,159 @@
+"""The one store that writes and reads the datasets declared in tasks/data/datasets.py.
+
+Layout: ``<data_dir>/<poc>/<dataset>/week=YYYY-Www/<run_id>[-partNNNN].parquet``, written
+atomically (temp file + rename), append-only: an existing file is never rewritten. Readers take
+committed runs only (tasks/data/runs.py) unless asked otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as pads
+import pyarrow.parquet as pq
+
+from tasks.data.datasets import DatasetSpec
+from tasks.data.errors import DatasetError
+from tasks.data.runs import committed_run_ids, run_id_of
+from tasks.data.weeks import WEEK_PARTITION, arrow_week_labels
+
+
+def dataset_dir(data_dir: str | Path, poc: str, spec: DatasetSpec) -> Path:
+    return Path(data_dir) / poc / spec.name
+
+
+def conform(table: pa.Table | pd.DataFrame, spec: DatasetSpec) -> pa.Table:
+    """Cast to the declared schema (column order and types); refuse missing/extra columns."""
+    if isinstance(table, pd.DataFrame):
+        table = pa.Table.from_pandas(table, preserve_index=False)
+    have, want = set(table.column_names), set(spec.column_names)
+    if have != want:
+        raise DatasetError(
+            f"dataset {spec.name}: columns differ from the declaration: "
+            f"missing {sorted(want - have)}, unexpected {sorted(have - want)}"
+        )
+    table = table.select(spec.column_names).replace_schema_metadata(None)
+    # Dictionary-encoded strings stay encoded (smaller in memory and on disk); readers get
+    # the declared plain string type back.
+    target = pa.schema(
+        [
+            table.schema.field(f.name)
+            if pa.types.is_string(f.type) and _is_dict_of_strings(table.schema.field(f.name).type)
+            else f
+            for f in spec.arrow_schema
+        ],
+        metadata=spec.arrow_schema.metadata,
+    )
+    try:
+        return table.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DatasetError(f"dataset {spec.name}: {exc}") from exc
+
+
+def _is_dict_of_strings(t: pa.DataType) -> bool:
+    return pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)
+
+
+def _atomic_write(table: pa.Table, target: Path, metadata: Mapping[str, str]) -> None:
+    if target.exists():
+        raise DatasetError(f"{target} exists: datasets are append-only, never rewritten")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}.tmp")
+    schema_meta = dict(table.schema.metadata or {})
+    schema_meta.update({k.encode(): v.encode() for k, v in metadata.items()})
+    try:
+        pq.write_table(
+            table.replace_schema_metadata(schema_meta),
+            tmp,
+            compression="zstd",
+            compression_level=1,
+        )
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_dataset(
+    table: pa.Table | pd.DataFrame,
+    spec: DatasetSpec,
+    *,
+    data_dir: str | Path,
+    poc: str,
+    run_id: str,
+    part: int | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> list[Path]:
+    """Write one run's rows: one file per ISO week partition, atomically, never overwriting."""
+    table = conform(table, spec)
+    if table.num_rows == 0:
+        return []
+    meta = {"ckpt_poc.run_id": run_id, **(metadata or {})}
+    labels = arrow_week_labels(table.column(spec.week_from))
+    base = dataset_dir(data_dir, poc, spec)
+    name = f"{run_id}.parquet" if part is None else f"{run_id}-part{part:05d}.parquet"
+    written = []
+    for label in pc.unique(labels).to_pylist():
+        rows = table.filter(pc.equal(labels, label))
+        target = base / f"{WEEK_PARTITION}={label}" / name
+        _atomic_write(rows, target, meta)
+        written.append(target)
+    return written
+
+
+def dataset_files(
+    data_dir: str | Path, poc: str, spec: DatasetSpec, include_uncommitted: bool = False
+) -> list[str]:
+    """The dataset's files of committed runs (tasks.data.runs): a run killed half-way, or still
+    running, is not read unless asked for."""
+    root = dataset_dir(data_dir, poc, spec)
+    files = sorted(root.glob(f"{WEEK_PARTITION}=*/*.parquet"))
+    if not include_uncommitted:
+        committed = committed_run_ids(data_dir, poc)
+        files = [p for p in files if run_id_of(p) in committed]
+    return [str(p) for p in files]
+
+
+def read_dataset(
+    spec: DatasetSpec,
+    *,
+    data_dir: str | Path,
+    poc: str,
+    run_id: str | None = None,
+    columns: Sequence[str] | None = None,
+    include_uncommitted: bool = False,
+) -> pd.DataFrame:
+    """Read a dataset into pandas with the declared dtypes; committed runs only, unless
+    ``include_uncommitted``."""
+    files = dataset_files(data_dir, poc, spec, include_uncommitted)
+    cols = list(columns or spec.column_names)
+    if not files:
+        return normalise_dtypes(pd.DataFrame({c: [] for c in cols}), spec)
+    ds = pads.dataset(files, schema=spec.arrow_schema, format="parquet")
+    flt = pc.field("run_id") == run_id if run_id is not None else None
+    table = ds.to_table(columns=cols, filter=flt)
+    return normalise_dtypes(table.to_pandas(types_mapper=pd.ArrowDtype), spec)
+
+
+def read_dataset_dask(spec: DatasetSpec, *, data_dir: str | Path, poc: str) -> Any:
+    """The same dataset as a Dask DataFrame, normalised to the same dtypes as pandas."""
+    import dask.dataframe as dd
+
+    files = dataset_files(data_dir, poc, spec)
+    if not files:
+        raise DatasetError(f"dataset {spec.name} has no files under {data_dir}/{poc}")
+    ddf = dd.read_parquet(files, columns=spec.column_names, dtype_backend="pyarrow")
+    return ddf.astype(spec.pandas_dtypes)
+
+
+def normalise_dtypes(df: pd.DataFrame, spec: DatasetSpec) -> pd.DataFrame:
+    dtypes = {c: t for c, t in spec.pandas_dtypes.items() if c in df.columns}
+    return df.astype(dtypes)
