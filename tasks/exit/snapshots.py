@@ -25,12 +25,14 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from tasks.data.datasets import SNAPSHOTS
 from tasks.data.errors import BlastRadiusError, CkptPocError
+from tasks.data.jsonform import JsonForm
 from tasks.data.plan import Plan, Watch
 from tasks.data.runctx import REPO_ROOT, RunContext
 from tasks.data.store import read_dataset, write_dataset
@@ -244,3 +246,62 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# --- the stage's result ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeSnapshot(JsonForm):
+    """One node's snapshot: items read, whether partial, what could not be read, the kinds."""
+
+    items: int
+    partial: bool
+    errors: tuple[str, ...]
+    kinds: tuple[str, ...]
+
+    @classmethod
+    def of(cls, rows: pd.DataFrame) -> NodeSnapshot:
+        errors = rows[rows["kind"] == "error"]
+        return cls(
+            items=int((~rows["kind"].isin(["error", "excluded"])).sum()),
+            partial=bool(rows["partial"].any()),
+            errors=tuple(f"{r.key}: {r.value}" for r in errors.itertuples()),
+            kinds=tuple(sorted(set(rows["kind"]) - {"error", "excluded"})),
+        )
+
+
+@dataclass(frozen=True)
+class SnapshotResult(JsonForm):
+    """A snapshot run: one NodeSnapshot per node; partial when any node's is."""
+
+    run_id: str
+    phase: str
+    nodes: Mapping[str, NodeSnapshot]
+    partial: bool
+
+    @classmethod
+    def of(cls, run_id: str, phase: str, by_node: Mapping[str, pd.DataFrame]) -> SnapshotResult:
+        nodes = {node: NodeSnapshot.of(rows) for node, rows in by_node.items()}
+        return cls(run_id, phase, nodes, any(n.partial for n in nodes.values()))
+
+    def partial_nodes(self) -> list[str]:
+        return sorted(n for n, s in self.nodes.items() if s.partial)
+
+    def markdown(self) -> str:
+        lines = [f"# Snapshot `{self.phase}`", ""]
+        lines += ["| node | items | partial | kinds |", "|---|---|---|---|"]
+        for node, s in self.nodes.items():
+            lines.append(f"| {node} | {s.items} | {s.partial} | {', '.join(s.kinds)} |")
+        for node, s in self.nodes.items():
+            if s.errors:
+                lines += ["", f"## {node}: could not read", *[f"- {e}" for e in s.errors[:50]]]
+        return "\n".join(lines) + "\n"
+
+    def partial_error(self) -> CkptPocError:
+        """The error a partial snapshot fails its run with: what could not be read."""
+        errors = [f"  - {n}: {e}" for n, s in self.nodes.items() for e in s.errors[:10]]
+        return CkptPocError(
+            f"snapshot {self.phase!r} is partial (written and marked so; never diffed as "
+            "whole):\n" + "\n".join(errors)
+        )

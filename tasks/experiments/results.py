@@ -8,40 +8,13 @@ test writes by hand). A renamed field then breaks here, at import, not in a repo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-
-def _json(value: Any) -> Any:
-    """A result's field in its JSON form: results by their to_json, tuples as lists,
-    mappings as dicts, the rest as it is."""
-    if hasattr(value, "to_json"):
-        return value.to_json()
-    if isinstance(value, tuple):
-        return [_json(v) for v in value]
-    if isinstance(value, Mapping):
-        return dict(value)
-    return value
-
-
-class JsonForm:
-    """``to_json`` from the dataclass's fields, in their order. ``_OMIT_NONE``: fields whose
-    key is absent, not null, when they are None."""
-
-    _OMIT_NONE: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if value is None and f.name in self._OMIT_NONE:
-                continue
-            out[f.name] = _json(value)
-        return out
-
+from tasks.data.jsonform import JsonForm
 
 STATS_KEYS = ("n", "median", "p90", "min", "max")
 # The measures a recovery summary gives per fault and arm, each as Stats.
