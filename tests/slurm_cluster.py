@@ -318,6 +318,8 @@ def _run_cancelled(env: Mapping[str, str]) -> dict:
     how = "`scancel` 2 s after sacct showed it RUNNING"
     rec = _submit_case(env, "cancelled", how, "mix-cancelled", "sleep 300", ["CANCELLED"])
     wait_state(rec["job_id"], {"RUNNING"}, 30, env=env)
+    # Not a wait for anything: the job is to run 2 s (its Elapsed) before it is cancelled,
+    # beside the TIMEOUT job that sets the mix's length.
     time.sleep(2)
     _run(["scancel", rec["job_id"]], env)
     return _finish(rec, env)
@@ -331,7 +333,7 @@ def _run_requeued(env: Mapping[str, str], case: str, name: str, *args: str, gpus
     body = 'if [ "${SLURM_RESTART_COUNT:-0}" -gt 0 ]; then sleep 2; else sleep 300; fi'
     rec = _submit_case(env, case, how, name, body, ["REQUEUED", "COMPLETED"], *args, gpus=gpus)
     wait_state(rec["job_id"], {"RUNNING"}, 30, env=env)
-    time.sleep(2)
+    time.sleep(2)  # its first attempt runs 2 s (see _run_cancelled)
     _run(["scontrol", "requeue", rec["job_id"]], env)
     return _finish(rec, env, 90)
 
