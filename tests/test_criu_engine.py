@@ -189,9 +189,14 @@ def test_a_restore_that_hangs_is_killed_with_its_children(engine) -> None:
         img.write_bytes(img.read_bytes()[: img.stat().st_size // 3])
     with pytest.raises(CriuError, match="did not finish within 8 s"):
         ckpt.restore(cluster, "local-a")
-    time.sleep(0.5)
-    ps = _ps("stat,args").splitlines()
-    running = [line for line in ps if str(good.path) in line and "Z" not in line[:2]]
+
+    def restorers() -> list[str]:
+        ps = _ps("stat,args").splitlines()
+        return [line for line in ps if str(good.path) in line and "Z" not in line[:2]]
+
+    deadline = time.monotonic() + 10  # the killed restorer takes a moment to be gone
+    while (running := restorers()) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert running == []
 
 
@@ -203,7 +208,13 @@ def test_interval_shorter_than_a_dump_records_skips_instead_of_piling_up(engine)
     )
     ckpt = CriuCheckpointer(tmp / "ckpt", keep=1, recorder=recorder, trial_id="t4", binary=criu)
     periodic = PeriodicCheckpoints(ckpt, proc, interval_s=0.05).start()
-    time.sleep(3)
+    # Until two dumps ended and a tick was skipped meanwhile (observed, not a fixed 3 s).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (
+        len(recorder.events(event="checkpoint_end")) >= 2
+        and recorder.events(event="checkpoint_skipped")
+    ):
+        time.sleep(0.05)
     periodic.stop()
     starts = recorder.events(event="checkpoint_start")
     ends = recorder.events(event="checkpoint_end")
