@@ -95,13 +95,15 @@ def prefect_stack(tmp_path_factory) -> Iterator[PrefectStack]:
 
 
 # The session's Slurm: private ports, so that a developer's own scripts/slurm-up cluster
-# (default ports) can run beside it.
-SLURM_PORTS = {
-    "CKPT_SLURM_DB_PORT": "23306",
-    "CKPT_SLURM_CTLD_PORT": "26817",
-    "CKPT_SLURM_D_PORT": "26818",
-    "CKPT_SLURM_DBD_PORT": "26819",
-}
+# (default ports) can run beside it; CKPT_POC_TEST_SLURM_PORTS ("DB,CTLD,D,DBD") moves them
+# (a test session started from a test: tests/test_service_watchdog.py).
+SLURM_PORTS = dict(
+    zip(
+        ("CKPT_SLURM_DB_PORT", "CKPT_SLURM_CTLD_PORT", "CKPT_SLURM_D_PORT", "CKPT_SLURM_DBD_PORT"),
+        os.environ.get("CKPT_POC_TEST_SLURM_PORTS", "23306,26817,26818,26819").split(","),
+        strict=True,
+    )
+)
 # A second cluster, only for a test that needs accounting of its own (pristine_slurm_env).
 PRIVATE_SLURM_PORTS = {
     "CKPT_SLURM_DB_PORT": "23316",
