@@ -142,16 +142,19 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         # The state changed somewhere between the two polls: that window bounds how late
         # the detection was observed.
         row["detect_latency_ms"] = (ended.t_mono_ns - ended.previous_poll_ns) / 1e6
+        if fault_type.ends_before_its_kill:
+            # Released on paper only: wait for the job's own record of its end, and before
+            # the node returns (seen once: resumed at once, the node's kill came ~5 s late
+            # and the copy ran and dumped on meanwhile).
+            _wait_job_event(
+                rec, events, trial, arm, ("workload_exited",), fault_ev, SIGNAL_RECORD_WAIT_S
+            )
         fault_type.settle(cluster, job, fault, rec, trial)  # node-down: the node away down_s
         # The old allocation must be released (its processes gone) before anything reads
         # what the copy logged or restarts it.
         released = cluster.wait_until(job, lambda s: s not in ACTIVE_STATES, setup.timeout_s)
         if released is None:
             raise TrialFailed(f"job {job.job_id} was not released within {setup.timeout_s} s")
-        if fault_type.ends_before_its_kill:  # released on paper only: wait for its end
-            _wait_job_event(
-                rec, events, trial, arm, ("workload_exited",), fault_ev, SIGNAL_RECORD_WAIT_S
-            )
         rec.import_jsonl(events)
         killed_at = end_torn_line(log)
         step_at_fault = last_step_before(log, killed_at, regex)
