@@ -195,3 +195,28 @@ def test_every_stage_has_a_flow_a_deployment_and_a_status_line(write_plan) -> No
         # A stage needs only stages before it: the order `poc` runs them in is a gate order.
         order = [s.name for s in REGISTRY]
         assert all(order.index(n) < order.index(stage.name) for n in stage.needs), stage.name
+
+
+MODULE_LINES = 600
+FUNCTION_LINES = 80
+
+
+def test_no_module_or_function_too_long_to_read() -> None:
+    # A function may stay longer when the line above its `def` says why (`# long: ...`).
+    wrong: list[str] = []
+    for pkg in PACKAGES:
+        for path in sorted((REPO / pkg).rglob("*.py")):
+            text = path.read_text()
+            lines = text.splitlines()
+            rel = path.relative_to(REPO)
+            if len(lines) > MODULE_LINES:
+                wrong.append(f"{rel}: {len(lines)} lines (over {MODULE_LINES})")
+            for node in ast.walk(ast.parse(text)):
+                if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    continue
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                said = first >= 2 and lines[first - 2].strip().startswith("# long:")
+                if length > FUNCTION_LINES and not said:
+                    wrong.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
+    assert not wrong, "\n".join(wrong)

@@ -126,61 +126,13 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         probe = LogProgressProbe(log, regex, rec, trial, arm).start()
         if not probe.wait_for(lambda s: s.step >= setup.fault_step, setup.timeout_s):
             raise TrialFailed(f"the copy never reached step {setup.fault_step}")
-        fault_type = fault_kind(fault.kind, cluster.kind)
-        fault_ev = inject_fault(cluster, job, fault.kind, rec, trial)
-        # A fault Slurm delivers at its own next check (a time limit) gets the longer wait.
-        grace = setup.fault_timeout_s + fault_type.detect_grace_s
-        ended = cluster.wait_until(job, lambda s: s != "RUNNING", grace)
-        if ended is None:
-            raise TrialFailed(
-                f"the workload survived {fault.kind}: job {job.job_id} still RUNNING "
-                f"{grace:.0f} s after the fault"
-            )
-        detected = rec.record(trial, arm, "detected", job_id=job.job_id, state=ended.state)
-        if fault_type.lands_when_signalled:
-            fault_ev = _signal_delivery(rec, events, fault_ev, fault.kind)
-        # The state changed somewhere between the two polls: that window bounds how late
-        # the detection was observed.
-        row["detect_latency_ms"] = (ended.t_mono_ns - ended.previous_poll_ns) / 1e6
-        if fault_type.ends_before_its_kill:
-            # Released on paper only: wait for the job's own record of its end, and before
-            # the node returns (seen once: resumed at once, the node's kill came ~5 s late
-            # and the copy ran and dumped on meanwhile).
-            _wait_job_event(
-                rec, events, trial, arm, ("workload_exited",), fault_ev, SIGNAL_RECORD_WAIT_S
-            )
-        fault_type.settle(cluster, job, fault, rec, trial)  # node-down: the node away down_s
-        # The old allocation must be released (its processes gone) before anything reads
-        # what the copy logged or restarts it.
-        released = cluster.wait_until(job, lambda s: s not in ACTIVE_STATES, setup.timeout_s)
-        if released is None:
-            raise TrialFailed(f"job {job.job_id} was not released within {setup.timeout_s} s")
+        fault_type, fault_ev, detected = _fault_and_release(setup, row, fault, arm, job, events)
         rec.import_jsonl(events)
         killed_at = end_torn_line(log)
         step_at_fault = last_step_before(log, killed_at, regex)
-        if arm == "managed":
-            point = CriuCheckpointer.last_complete_under(copy_dir / "criu")
-            if point is None:
-                raise TrialFailed("no complete CRIU checkpoint before the fault")
-            resume_step = held_step(log, point, regex)
-            recoverable = checkpoint_started(rec, trial, point.index)
-            row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
-            spec = _job_spec(
-                setup, trial, arm, copy_dir, log, mode="restore", restore_from=str(point.path)
-            )
-        else:
-            app = plan.workload.app_checkpoint
-            app_path = app_checkpoint(plan, copy_dir)
-            kind = "app_checkpoint" if app_path and app_path.exists() else "start"
-            resume_step = app_resume_step(plan, step_at_fault) if kind == "app_checkpoint" else 0
-            recoverable = (
-                progress_event(rec, trial, arm, resume_step)
-                if kind == "app_checkpoint"
-                else launched
-            )
-            row["recoverable_point"] = kind
-            resume = [*argv, *(app.resume_args if app and kind == "app_checkpoint" else [])]
-            spec = _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=resume)
+        spec, resume_step, recoverable = _recovery_job(
+            setup, row, arm, copy_dir, argv, step_at_fault, launched
+        )
         new_job = cluster.submit(
             node, arm, spec, name=trial, log=log, gpus=gpus, linked_to=job.job_id
         )
@@ -193,24 +145,7 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
                 f"recovery job {new_job.job_id} never started within {setup.timeout_s:.0f} s "
                 f"(state {state}, reason {reason or 'none'})" + fault_type.never_back
             )
-        # `started` is the job's own first moment on the node (its wrapper records it): the
-        # squeue poll that saw it RUNNING may come after the restore has begun.
-        job_started = _wait_job_event(
-            rec, events, trial, arm, ("job_started",), fault_ev, setup.timeout_s
-        )
-        if job_started is None:
-            raise TrialFailed(f"recovery job {new_job.job_id} ran but never reported starting")
-        started = rec.alias(job_started, "started", job_id=new_job.job_id)
-        names = ("restored", "restore_failed") if arm == "managed" else ("workload_started",)
-        restored = _wait_job_event(rec, events, trial, arm, names, fault_ev, setup.timeout_s)
-        if restored is None or restored.event == "restore_failed":
-            tail = restored.detail.get("log_tail", "") if restored else ""
-            raise TrialFailed(
-                f"recovery job {new_job.job_id} did not bring the copy back: "
-                + (tail.strip().splitlines()[-1] if tail.strip() else "no restore event")
-            )
-        if restored.event == "workload_started":  # the unmanaged copy's fresh process
-            restored = rec.alias(restored, "restored", job_id=new_job.job_id)
+        started, restored = _back_in_new_job(setup, trial, arm, events, fault_ev, new_job)
         moments = Moments(
             fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step
         )
@@ -229,6 +164,108 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         if left:
             rec.record(trial, arm, "left_running", job_ids=left)
     return row
+
+
+def _fault_and_release(
+    setup: TrialSetup, row: dict[str, Any], fault: Fault, arm: str, job: Any, events: Path
+) -> tuple[Any, Event, Event]:
+    """Inject the real fault into the copy's job, see it end, and wait until Slurm has
+    released its allocation: the fault kind, its `fault_injected` and `detected` events."""
+    rec, cluster, trial = setup.recorder, setup.cluster, row["trial_id"]
+    assert isinstance(cluster, SlurmCluster)
+    fault_type = fault_kind(fault.kind, cluster.kind)
+    fault_ev = inject_fault(cluster, job, fault.kind, rec, trial)
+    # A fault Slurm delivers at its own next check (a time limit) gets the longer wait.
+    grace = setup.fault_timeout_s + fault_type.detect_grace_s
+    ended = cluster.wait_until(job, lambda s: s != "RUNNING", grace)
+    if ended is None:
+        raise TrialFailed(
+            f"the workload survived {fault.kind}: job {job.job_id} still RUNNING "
+            f"{grace:.0f} s after the fault"
+        )
+    detected = rec.record(trial, arm, "detected", job_id=job.job_id, state=ended.state)
+    if fault_type.lands_when_signalled:
+        fault_ev = _signal_delivery(rec, events, fault_ev, fault.kind)
+    # The state changed somewhere between the two polls: that window bounds how late
+    # the detection was observed.
+    row["detect_latency_ms"] = (ended.t_mono_ns - ended.previous_poll_ns) / 1e6
+    if fault_type.ends_before_its_kill:
+        # Released on paper only: wait for the job's own record of its end, and before
+        # the node returns (seen once: resumed at once, the node's kill came ~5 s late
+        # and the copy ran and dumped on meanwhile).
+        _wait_job_event(
+            rec, events, trial, arm, ("workload_exited",), fault_ev, SIGNAL_RECORD_WAIT_S
+        )
+    fault_type.settle(cluster, job, fault, rec, trial)  # node-down: the node away down_s
+    # The old allocation must be released (its processes gone) before anything reads
+    # what the copy logged or restarts it.
+    released = cluster.wait_until(job, lambda s: s not in ACTIVE_STATES, setup.timeout_s)
+    if released is None:
+        raise TrialFailed(f"job {job.job_id} was not released within {setup.timeout_s} s")
+    return fault_type, fault_ev, detected
+
+
+def _recovery_job(
+    setup: TrialSetup,
+    row: dict[str, Any],
+    arm: str,
+    copy_dir: Path,
+    argv: list[str],
+    step_at_fault: int | None,
+    launched: Event,
+) -> tuple[dict[str, Any], int | None, Event]:
+    """What the recovery job runs, the step it resumes at and the event its recoverable
+    point began: the managed copy restores its last complete CRIU checkpoint; the unmanaged
+    one resubmits, from its own checkpoint when it wrote one, else from the start."""
+    plan, rec, trial = setup.plan, setup.recorder, row["trial_id"]
+    log, regex = copy_dir / "workload.log", plan.workload.progress_probe.log_regex
+    if arm == "managed":
+        point = CriuCheckpointer.last_complete_under(copy_dir / "criu")
+        if point is None:
+            raise TrialFailed("no complete CRIU checkpoint before the fault")
+        resume_step = held_step(log, point, regex)
+        recoverable = checkpoint_started(rec, trial, point.index)
+        row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
+        spec = _job_spec(
+            setup, trial, arm, copy_dir, log, mode="restore", restore_from=str(point.path)
+        )
+        return spec, resume_step, recoverable
+    app = plan.workload.app_checkpoint
+    app_path = app_checkpoint(plan, copy_dir)
+    kind = "app_checkpoint" if app_path and app_path.exists() else "start"
+    row["recoverable_point"] = kind
+    if kind == "start":
+        return _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=argv), 0, launched
+    resume_step = app_resume_step(plan, step_at_fault)
+    resume = [*argv, *(app.resume_args if app else [])]
+    spec = _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=resume)
+    return spec, resume_step, progress_event(rec, trial, arm, resume_step)
+
+
+def _back_in_new_job(
+    setup: TrialSetup, trial: str, arm: str, events: Path, fault_ev: Event, new_job: Any
+) -> tuple[Event, Event]:
+    """The recovery job's `started` and `restored` events, from its own record of them."""
+    rec = setup.recorder
+    # `started` is the job's own first moment on the node (its wrapper records it): the
+    # squeue poll that saw it RUNNING may come after the restore has begun.
+    job_started = _wait_job_event(
+        rec, events, trial, arm, ("job_started",), fault_ev, setup.timeout_s
+    )
+    if job_started is None:
+        raise TrialFailed(f"recovery job {new_job.job_id} ran but never reported starting")
+    started = rec.alias(job_started, "started", job_id=new_job.job_id)
+    names = ("restored", "restore_failed") if arm == "managed" else ("workload_started",)
+    restored = _wait_job_event(rec, events, trial, arm, names, fault_ev, setup.timeout_s)
+    if restored is None or restored.event == "restore_failed":
+        tail = restored.detail.get("log_tail", "") if restored else ""
+        raise TrialFailed(
+            f"recovery job {new_job.job_id} did not bring the copy back: "
+            + (tail.strip().splitlines()[-1] if tail.strip() else "no restore event")
+        )
+    if restored.event == "workload_started":  # the unmanaged copy's fresh process
+        restored = rec.alias(restored, "restored", job_id=new_job.job_id)
+    return started, restored
 
 
 def preflight_slurm(setup: TrialSetup, timeout_s: float) -> PreflightResult:
