@@ -199,8 +199,8 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     import tasks.baseline.blocks as tbk
     import tasks.baseline.exposure as te
     import tasks.baseline.run as tb
-    import tasks.data.store as td
     import tasks.data.gates as tg
+    import tasks.data.store as td
     from tasks.data.plan import load_plan
     from tasks.data.runctx import make_run_context
 
