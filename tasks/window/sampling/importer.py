@@ -156,33 +156,6 @@ def _us(values: np.ndarray) -> pa.Array:
     return pa.array(values.astype(np.int64), pa.int64()).cast(_US)
 
 
-def _const(value: Any, type_: pa.DataType, n: int) -> pa.Array:
-    """One value for every row: a string as a one-entry dictionary (4 bytes a row)."""
-    if value is None:
-        return pa.nulls(n, type_)
-    if pa.types.is_string(type_):
-        return pa.DictionaryArray.from_arrays(
-            pa.array(np.zeros(n, dtype=np.int32)), pa.array([value], pa.string())
-        )
-    return pa.repeat(pa.scalar(value, type_), n)
-
-
-def _stamped(columns: dict[str, pa.Array], spec: Any, ctx: RunContext, n: int) -> pa.Table:
-    """The spec's columns in order: the given ones, the run's stamp, nulls for the rest."""
-    stamp = ctx.stamp()
-    out = {}
-    for col in spec.columns:
-        if col.name in columns:
-            out[col.name] = columns[col.name]
-        else:
-            out[col.name] = _const(stamp.get(col.name), col.type, n)
-    return pa.table(out)
-
-
-def _us(values: np.ndarray) -> pa.Array:
-    return pa.array(values.astype(np.int64), pa.int64()).cast(_US)
-
-
 def import_samples(
     plan: Plan,
     ctx: RunContext,
