@@ -15,7 +15,7 @@ from cli.common import JsonOpt, PlanArg, command_body, err, out, write_json
 from cli.install import run_uninstall
 from cli.status import print_state
 from tasks.baseline.accounting import KEY_ENV
-from tasks.poc.stages import STAGE_NAMES as STAGES
+from tasks.poc.stages import STAGE_NAMES
 
 DEMO_PLAN = Path(__file__).resolve().parent.parent / "plans" / "demo.yaml"
 
@@ -24,7 +24,7 @@ def poc_cmd(
     plan: PlanArg,
     until: Annotated[
         str | None,
-        typer.Option(help=f"stop after this stage: {', '.join(STAGES)}"),
+        typer.Option(help=f"stop after this stage: {', '.join(STAGE_NAMES)}"),
     ] = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -21,8 +21,7 @@ from tasks.data.plan import Plan, load_plan
 from tasks.data.runs import commit_run, committed_runs
 from tasks.data.store import write_dataset
 from tasks.poc.progress import GateRefused, next_stage, poc_state
-from tasks.poc.stages import STAGE_NAMES as STAGES
-from tasks.poc.stages import WINDOW_DEPLOYMENTS
+from tasks.poc.stages import STAGE_NAMES, WINDOW_DEPLOYMENTS
 from tests.conftest import REPO
 
 NOW = dt.datetime(2026, 12, 1, 12, tzinfo=dt.UTC)
@@ -87,7 +86,7 @@ def _status(plan: Plan) -> dict[str, tuple[str, str | None]]:
 
 def test_a_new_poc_is_due_for_its_baseline_and_blocked_after_it(plan: Plan) -> None:
     st = _status(plan)
-    assert list(st) == list(STAGES)
+    assert list(st) == list(STAGE_NAMES)
     assert st["plan_check"] == ("done", None)
     assert st["baseline"] == ("due", "no committed baseline")
     assert st["before_install"] == ("blocked", "no committed baseline")

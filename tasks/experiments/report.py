@@ -331,13 +331,12 @@ def _markdown_table(rows: list[dict[str, Any]], right_from: int = 2) -> list[str
     return markdown_table(heads, [[r[h] for h in heads] for r in rows], align)
 
 
-def failure_lines(failures: Sequence[Failure | dict[str, Any]], heading: str) -> list[str]:
+def failure_lines(failures: Sequence[Failure], heading: str) -> list[str]:
     """Each failed trial with its reason and the tail of the workload's own log."""
     if not failures:
         return []
     lines = ["", f"## {heading}", ""]
-    for failure in failures:
-        f = failure if isinstance(failure, Failure) else Failure.from_json(failure)
+    for f in failures:
         lines.append(f"- **{f.trial_id} / {f.arm}**: {f.reason}")
         if f.log_tail:
             lines += ["", "  ```", *[f"  {t}" for t in f.log_tail.splitlines()], "  ```"]
