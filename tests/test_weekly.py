@@ -413,8 +413,9 @@ def test_html_has_verdicts_first_images_and_escapes(tmp_path: Path) -> None:
     page = out.read_text()
     assert "<script" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert page.count("src='data:image/png;base64,") >= 4
-    assert page.index("<h2>Verdicts</h2>") < page.index("<table") < page.index("<img")
+    # Figures inline as SVG (nothing fetched), after the verdicts and the table.
+    assert page.count("<svg") >= 4 and "data:image/png" not in page and "<img" not in page
+    assert page.index("<h2>Verdicts</h2>") < page.index("<table") < page.index("<svg")
     assert "recovery_s" in page and "checkpoint_interval_s" in page
     assert not list(out.parent.glob("*.tmp"))
 

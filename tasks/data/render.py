@@ -1,6 +1,6 @@
 """Rendering for people, shared by the weekly report, the decision record and the stages'
 artifacts: numbers with their units and CIs, markdown and HTML tables, a self-contained HTML
-page, PNG data URIs and the atomic write of a rendered file.
+page, figures (inline SVG, PNG bytes and data URIs) and the atomic write of a rendered file.
 
 Every figure a person reads goes through these, so the same value reads the same in the
 terminal, a Prefect artifact, the weekly page and the record.
@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 import math
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -130,6 +132,48 @@ def html_page(title: str, css: str, body: Sequence[str]) -> str:
 def png_data_uri(png: bytes) -> str:
     """PNG bytes as a data: URI (shown inline by browsers and the Prefect UI)."""
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
+
+
+# --- figures -----------------------------------------------------------------------------------
+
+# Text stays text (the page's own sans-serif: nothing to fetch), ids hash from a fixed salt and
+# no date is written, so the same data draws the same bytes.
+_SVG_RC = {"svg.fonttype": "none", "svg.hashsalt": "ckpt-poc"}
+_ID = re.compile(r'\bid="([^"]+)"')
+
+
+def figure_svg(fig: Any, prefix: str, title: str) -> str:
+    """A matplotlib figure as SVG to inline in an HTML page: no XML prolog, doctype or
+    metadata; every id (and each reference to it) prefixed with ``prefix`` so several figures
+    on one page cannot collide; ``title`` as the SVG's accessible name."""
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context(_SVG_RC):
+        fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None})
+    text = buf.getvalue()
+    text = text[text.index("<svg") :]
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, flags=re.S)
+    for ident in set(_ID.findall(text)):
+        new = prefix + ident
+        text = text.replace(f'id="{ident}"', f'id="{new}"')
+        text = text.replace(f"url(#{ident})", f"url(#{new})")
+        text = text.replace(f'href="#{ident}"', f'href="#{new}"')
+    head_end = text.index(">") + 1
+    label = html.escape(title)
+    return (
+        text[: head_end - 1]
+        + f' role="img" aria-label="{label}">'
+        + f"<title>{label}</title>"
+        + text[head_end:]
+    )
+
+
+def figure_png(fig: Any, dpi: int = 150) -> bytes:
+    """A matplotlib figure as PNG bytes (for the PDF, which embeds it as an image)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi, metadata={"Software": None})
+    return buf.getvalue()
 
 
 def write_atomically(path: str | Path, data: bytes) -> Path:

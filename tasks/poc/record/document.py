@@ -1,10 +1,12 @@
-"""The record's document model, a list of blocks (heading, paragraph, table, preformatted),
-and its two renderings, HTML and PDF (fpdf2, DejaVu Sans from matplotlib's own data), so both
-carry the same sections and the same numbers."""
+"""The record's document model, a list of blocks (heading, paragraph, table, preformatted,
+figure), and its two renderings, HTML and PDF (fpdf2, DejaVu Sans from matplotlib's own data),
+so both carry the same sections, numbers and figures: a figure is inline SVG in the HTML and
+the same matplotlib figure as a PNG image in the PDF."""
 
 from __future__ import annotations
 
 import html
+import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +19,13 @@ from tasks.data.render import html_page, html_table
 class Block:
     """One block of the document."""
 
-    kind: str  # h1, h2, h3, p, pre, table
-    text: str = ""
+    kind: str  # h1, h2, h3, p, pre, table, figure
+    text: str = ""  # a figure's caption
     heads: Sequence[str] = ()
     rows: Sequence[Sequence[Any]] = ()
     classes: Sequence[str] = ()
+    svg: str = ""  # a figure, for the HTML
+    png: bytes = b""  # the same figure, for the PDF
 
 
 class Doc:
@@ -48,6 +52,13 @@ class Doc:
         cells = [["" if c is None else str(c) for c in r] for r in rows]
         self.blocks.append(Block("table", heads=list(heads), rows=cells, classes=list(classes)))
 
+    def figure(self, svg: str, png: bytes, caption: str) -> None:
+        """A figure: ``svg`` inline in the HTML, ``png`` (the same figure) in the PDF, the
+        caption under it in both."""
+        if not svg or not png:
+            raise ValueError("a figure needs both its SVG (HTML) and its PNG (PDF)")
+        self.blocks.append(Block("figure", text=caption, svg=svg, png=png))
+
 
 _CSS = (
     "body{font-family:sans-serif;max-width:80em;margin:1em auto}"
@@ -55,6 +66,7 @@ _CSS = (
     "vertical-align:top;white-space:pre-wrap}"
     ".met{background:#dfd}.not-met{background:#fdd}.undecided,.blocked{background:#fec}"
     "pre{background:#f6f6f6;padding:.5em;overflow:auto}"
+    "figure{margin:1em 0}svg{max-width:100%;height:auto}figcaption{font-size:.9em;color:#333}"
 )
 
 
@@ -68,6 +80,8 @@ def render_html(doc: Doc, title: str) -> str:
             body.append(f"<p>{e(b.text)}</p>")
         elif b.kind == "pre":
             body.append(f"<pre>{e(b.text)}</pre>")
+        elif b.kind == "figure":
+            body.append(f"<figure>{b.svg}<figcaption>{e(b.text)}</figcaption></figure>")
         else:
             body.append(html_table(b.heads, b.rows, b.classes))
     return html_page(title, _CSS, body)
@@ -78,6 +92,31 @@ def _font_dir() -> Path:
     import matplotlib
 
     return Path(matplotlib.get_data_path()) / "fonts" / "ttf"
+
+
+MM_PER_INCH = 21.0  # a 6.4 in figure 134 mm wide: two figures with captions fit a page
+
+
+def _figure_size(b: Block, page_width: float) -> tuple[float, float]:
+    """The figure's width and height on the page (mm): its inches scaled, at most the page."""
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(b.png))
+    w_px, h_px = image.size
+    dpi = float(image.info.get("dpi", (150, 150))[0]) or 150.0
+    width = min(page_width, MM_PER_INCH * w_px / dpi)
+    return width, width * h_px / w_px
+
+
+def _pdf_figure(pdf: Any, b: Block) -> None:
+    """The PNG as an image (an XObject), its caption under it; a new page when it won't fit."""
+    width, height = _figure_size(b, pdf.epw)
+    if pdf.get_y() + height + 10 > pdf.h - pdf.b_margin:
+        pdf.add_page()
+    pdf.image(io.BytesIO(b.png), w=width, h=height)
+    pdf.set_font("DejaVu", "", 7)
+    pdf.multi_cell(max(width, 150), 3.5, b.text, new_x="LMARGIN", new_y="NEXT")
+    pdf.ln(2)
 
 
 def render_pdf(doc: Doc, title: str) -> bytes:
@@ -100,9 +139,12 @@ def render_pdf(doc: Doc, title: str) -> bytes:
         "undecided": (255, 238, 204),
         "blocked": (255, 238, 204),
     }
-    for b in doc.blocks:
+    for i, b in enumerate(doc.blocks):
         if b.kind in sizes:
-            if pdf.get_y() > pdf.h - 40:  # no heading alone at the foot of a page
+            # No heading alone at the foot of a page, nor apart from the figure it titles.
+            after = doc.blocks[i + 1] if i + 1 < len(doc.blocks) else None
+            room = _figure_size(after, width)[1] + 25 if after and after.kind == "figure" else 40
+            if pdf.get_y() > pdf.h - room:
                 pdf.add_page()
             pdf.set_font("DejaVu", "B", sizes[b.kind])
             pdf.ln(2)
@@ -116,6 +158,8 @@ def render_pdf(doc: Doc, title: str) -> bytes:
             pdf.set_font("DejaVuMono", "", 6.5)
             pdf.multi_cell(width, 3, b.text, new_x="LMARGIN", new_y="NEXT")
             pdf.ln(1)
+        elif b.kind == "figure":
+            _pdf_figure(pdf, b)
         else:
             pdf.set_font("DejaVu", "", 7)
             # Column widths by content (capped), so long paths wrap instead of numbers.

@@ -1,17 +1,21 @@
-"""The weekly report for people: verdict sentences, the table artifact, the markdown and the
-self-contained HTML page (plots inline, every text escaped)."""
+"""The weekly report for people: verdict sentences, the table artifact, the markdown, the
+extrapolation inputs as tables and the self-contained HTML page (figures as inline SVG, every
+text escaped)."""
 
 from __future__ import annotations
 
 import html
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from tasks.data.errors import CkptPocError
 from tasks.data.render import (
+    NO_VALUE,
     ci,
     css_class,
     html_page,
@@ -19,11 +23,12 @@ from tasks.data.render import (
     markdown_table,
     number,
     records,
+    sig,
     write_atomically,
 )
 from tasks.experiments.report import verdict_line
 from tasks.window.weekly.model import TITLES, compare
-from tasks.window.weekly.plots import plots
+from tasks.window.weekly.plots import Chart, plots
 from tasks.window.weekly.rows import Series
 
 Rows = pd.DataFrame | Sequence[Mapping[str, Any]]
@@ -31,10 +36,138 @@ _CSS = (
     "body{font-family:sans-serif;max-width:70em;margin:1em auto}"
     "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em}"
     ".met{background:#dfd}.not-met{background:#fdd}.blocked{background:#fec}"
-    "img{max-width:100%}"
+    "svg{max-width:100%;height:auto}figure{margin:1em 0}figcaption{font-size:.9em;color:#333}"
 )
 CHANGE_HEADS = ("week", "segment", "source", "field", "before", "after")
 GAP_HEADS = ("node", "source", "entity", "metric", "from", "to", "seconds", "reason")
+
+
+INPUT_HEADS = ("name", "value", "unit", "source")
+# An extrapolation input's key → (name, unit, source); the source may name other keys of the
+# same inputs in braces ({delta_from}), filled from them.
+_INPUTS: dict[str, tuple[str, str, str]] = {
+    "exposure.lambda_per_h": (
+        "λ, interruptions per hour of job time",
+        "per h",
+        "baseline run {run_id}: {lambda_basis}",
+    ),
+    "exposure.interruptions": (
+        "interrupted allocations",
+        "",
+        "baseline run {run_id}, states {interrupted_states}",
+    ),
+    "exposure.gpu_hours": ("GPU-hours in the baseline", "GPU-h", "baseline run {run_id}"),
+    "exposure.node_hours": ("node-hours in the baseline", "node-h", "baseline run {run_id}"),
+    "exposure.states": ("states in the baseline", "", "baseline run {run_id}"),
+    "mtbf_s": ("M, mean time between interruptions", "s", "1 / λ"),
+    "delta_s": ("δ, checkpoint cost", "s", "{delta_from} of the checkpoint trials"),
+    "checkpoint_trials.n": ("checkpoint trials", "", "runs {checkpoint_trials.run_ids}"),
+    "R_managed_s": ("R managed, recovery time", "s", "median recovery_s, managed trials"),
+    "R_unmanaged_s": ("R unmanaged, recovery time", "s", "median recovery_s, unmanaged trials"),
+    "L_unmanaged_s": ("L unmanaged, work lost", "s", "{L_unmanaged_from}"),
+    "recovery_trials.managed": ("recovery trials, managed", "", "runs {recovery_trials.run_ids}"),
+    "recovery_trials.unmanaged": (
+        "recovery trials, unmanaged",
+        "",
+        "runs {recovery_trials.run_ids}",
+    ),
+    "tau_plan_s": ("τ, the plan's checkpoint interval", "s", "plan: checkpointer.interval_s"),
+    "young_s": ("Young's interval √(2δM)", "s", "Young 1974"),
+    "daly_s": ("Daly's optimal interval", "s", "Daly 2006, eq. 37"),
+    "waste_at_optimum": ("waste at Daly's interval", "fraction", "δ/τ + λ(τ/2 + R managed)"),
+    "waste_at_plan": ("waste at the plan's interval", "fraction", "δ/τ + λ(τ/2 + R managed)"),
+    "waste_unmanaged": ("waste, unmanaged", "fraction", "λ(L unmanaged + R unmanaged)"),
+    "goodput_managed_expected": ("expected goodput, managed", "fraction", "1 − waste, in [0, 1]"),
+    "goodput_unmanaged_expected": (
+        "expected goodput, unmanaged",
+        "fraction",
+        "1 − waste, in [0, 1]",
+    ),
+    "goodput_gain_measured": ("measured goodput gain", "fraction", "this week's goodput_gain row"),
+    "segment": ("comparability segment", "", "the weekly segments"),
+}
+# Keys shown only inside another input's source.
+_SOURCE_ONLY = {
+    "delta_from",
+    "L_unmanaged_from",
+    "exposure.run_id",
+    "exposure.lambda_basis",
+    "exposure.interrupted_states",
+    "checkpoint_trials.run_ids",
+    "recovery_trials.run_ids",
+}
+_UNITS = (("_s", "s"), ("_h", "h"), ("_pct", "%"), ("_bytes", "bytes"))
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: value}
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return NO_VALUE
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, list):
+            return ", ".join(map(str, value)) or NO_VALUE
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    return sig(float(value))  # the unit has its own column
+
+
+def inputs_table_rows(inputs: str | None, where: str = "inputs") -> list[list[str]]:
+    """One extrapolated row's ``inputs`` JSON as table rows (INPUT_HEADS: name, value, unit,
+    source), never JSON: the waste model's inputs first, in a fixed order, then any other key
+    by name. A gate that blocked the row is one line per failed check. ``where`` names the
+    row in the error for input that is not a JSON object."""
+    if not inputs:
+        return []
+    try:
+        data = json.loads(inputs)
+    except json.JSONDecodeError as exc:
+        raise CkptPocError(f"{where}: not JSON ({exc.msg} at char {exc.pos})") from None
+    if not isinstance(data, dict):
+        raise CkptPocError(f"{where}: a JSON object expected, got {type(data).__name__}")
+    blocked = data.pop("blocked_by", None) or []
+    flat = _flat(data)
+    fill = {k: _cell(v) for k, v in flat.items()}
+
+    def source(template: str) -> str:
+        for key, val in fill.items():
+            template = template.replace("{" + key.removeprefix("exposure.") + "}", val)
+            template = template.replace("{" + key + "}", val)
+        return re.sub(r"\{[^}]*\}", NO_VALUE, template)  # an input the row lacks
+
+    out = []
+    for key, (name, unit, src) in _INPUTS.items():
+        if key in flat:
+            out.append([name, _cell(flat[key]), unit, source(src)])
+    for key in sorted(set(flat) - set(_INPUTS) - _SOURCE_ONLY):
+        unit = next((u for suffix, u in _UNITS if key.endswith(suffix)), "")
+        out.append([key, _cell(flat[key]), unit, "the row's inputs"])
+    for b in blocked:
+        b = b if isinstance(b, Mapping) else {"gate": str(b)}
+        check = f"{b.get('gate', '?')}/{b.get('expectation', '?')}"
+        out.append(["blocked by a failed gate", check, "", f"run {b.get('run_id', '?')}"])
+    return out
+
+
+def extrapolation_inputs(rows: Rows) -> list[tuple[list[str], list[list[str]]]]:
+    """The extrapolated rows' inputs, one table per distinct set: (the measures sharing it,
+    its INPUT_HEADS rows)."""
+    groups: dict[str, list[str]] = {}
+    for r in records(rows):
+        if r["basis"] == "extrapolated" and r.get("inputs"):
+            groups.setdefault(r["inputs"], []).append(r["measure"])
+    return [
+        (measures, inputs_table_rows(raw, f"reports row {measures[0]}: inputs"))
+        for raw, measures in groups.items()
+    ]
 
 
 def weekly_verdicts(rows: Rows) -> list[str]:
@@ -148,6 +281,16 @@ def weekly_markdown(
     return "\n".join(lines)
 
 
+def chart_html(chart: Chart, level: int = 2) -> str:
+    """A chart under its heading: the inline SVG and its caption, or the caption alone (one
+    line saying there is no data)."""
+    e = html.escape
+    head = f"<h{level}>{e(chart.title)}</h{level}>"
+    if chart.empty:
+        return f"{head}<p>{e(chart.caption)}</p>"
+    return f"{head}<figure>{chart.svg}<figcaption>{e(chart.caption)}</figcaption></figure>"
+
+
 def weekly_html(
     rows: Rows,
     change_points: Sequence[Mapping[str, Any]],
@@ -157,7 +300,7 @@ def weekly_html(
     *,
     title: str = "",
 ) -> Path:
-    """A self-contained page (PNG data URIs, every text escaped), written atomically."""
+    """A self-contained page (figures as inline SVG, every text escaped), written atomically."""
     e = html.escape
     recs = records(rows)
     week = recs[0]["week"] if recs else ""
@@ -174,13 +317,11 @@ def weekly_html(
         f"<p>Workloads this week: {e(', '.join(series.workloads) or 'none')}. Trial-based rows "
         "pool the segment's trials to date; extrapolated rows list their inputs below.</p>",
     ]
-    for caption, uri in plots(series, recs):
-        parts.append(f"<h2>{e(caption)}</h2><img alt='{e(caption)}' src='{uri}'>")
+    parts += [chart_html(c) for c in plots(series, recs)]
     parts.append("<h2>Extrapolation inputs</h2>")
-    for r in recs:
-        if r["basis"] == "extrapolated" and r.get("inputs"):
-            pretty = json.dumps(json.loads(r["inputs"]), indent=1, sort_keys=True)
-            parts.append(f"<h3>{e(r['measure'])}</h3><pre>{e(pretty)}</pre>")
+    for measures, table_rows in extrapolation_inputs(recs):
+        titles = ", ".join(TITLES.get(m, m) for m in measures)
+        parts.append(f"<h3>{e(titles)}</h3>" + html_table(INPUT_HEADS, table_rows))
     parts.append("<h2>Change points</h2>")
     parts.append(
         html_table(CHANGE_HEADS, change_rows(change_points)) if change_points else "<p>none</p>"
