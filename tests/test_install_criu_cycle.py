@@ -176,8 +176,8 @@ def _slurm_plan(tmp_path: Path) -> tuple[Plan, Path]:
     # What this test's snapshots watch: the prefix root and the cluster's configuration.
     etc = Path(os.environ["SLURM_CONF"]).parent
     text = text.replace(
-        "  test_by: 2026-12-21",
-        "  test_by: 2026-12-21\n  watch:\n    kinds: [files]\n"
+        "  test_by: +21d",
+        "  test_by: +21d\n  watch:\n    kinds: [files]\n"
         f"    paths: [{Path(os.environ[inst.PREFIX_ROOT_ENV]).parent}, {etc}]\n    names_only: []",
     )
     path.write_text(text)

@@ -17,6 +17,8 @@ import pytest
 import yaml
 from prefect_server import REPO, VENV_BIN, PrefectStack, alive
 
+from tasks.data.plan import load_plan
+
 pytestmark = pytest.mark.prefect_server
 
 
@@ -297,7 +299,8 @@ def test_window_deployments_carry_the_plans_schedules(stack: PrefectStack) -> No
     assert sampler.get("concurrency_limit") == 1 or limit.get("limit") == 1, sampler
     assert (sampler.get("concurrency_options") or {}).get("collision_strategy") == "ENQUEUE"
     # The way out is tried during the PoC: uninstall is scheduled once, on exit.test_by.
-    test_by = yaml.safe_load((REPO / "plans" / "demo.yaml").read_text())["exit"]["test_by"]
+    # The demo plan's test_by is relative (+21d): the date it resolves to, as deploy did.
+    test_by = load_plan(REPO / "plans" / "demo.yaml", check_cluster=False).exit.test_by
     (uninstall,) = stack.deployment("uninstall", "uninstall")["schedules"]
     assert f"DTSTART:{test_by:%Y%m%d}T090000" in uninstall["schedule"]["rrule"]
     assert f"UNTIL={test_by:%Y%m%d}T235959" in uninstall["schedule"]["rrule"]

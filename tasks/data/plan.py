@@ -33,6 +33,7 @@ from pydantic import (
 
 from tasks.data.errors import PlanError
 from tasks.data.plan_cluster import check_slurm_nodes
+from tasks.data.plan_dates import ANCHOR, PlanDate, PlanDates, anchor_for, dates_of
 from tasks.data.plan_yaml import (
     DuplicateKeysError,
     duplicate_key_problems,
@@ -295,7 +296,8 @@ class Exit(_Strict):
     verification: list[str] = Field(
         min_length=1, description="what 'nothing left behind' means: the checks run after"
     )
-    test_by: dt.date
+    # A date or relative to the PoC's anchor day (today, +Nd, +Nw: tasks/data/plan_dates.py).
+    test_by: PlanDate
     watch: Watch = Field(default_factory=Watch)
     allowed_changes: list[AllowedChange] = Field(default_factory=list)
 
@@ -404,7 +406,8 @@ class Schedules(_Strict):
 
 
 class Window(_Strict):
-    start: dt.date
+    # A date or relative to the PoC's anchor day (today, +Nd, +Nw: tasks/data/plan_dates.py).
+    start: PlanDate
     weeks: int = Field(gt=0, le=MAX_WINDOW_WEEKS, description="weeks of sampling, ≤ 104")
     # How the test nodes are sampled: nvml (GPU nodes), procfs (CPU data, labelled so),
     # prometheus (a site's existing exporter).
@@ -447,11 +450,19 @@ class Plan(_Strict):
     data_dir: str = "data"
     # What load_plan could not check and why (e.g. sinfo did not answer): said, not failed.
     _check_warnings: tuple[str, ...] = PrivateAttr(default=())
+    # The date fields' forms, anchor and resolved dates (load_plan sets them).
+    _dates: PlanDates | None = PrivateAttr(default=None)
 
     @property
     def check_warnings(self) -> tuple[str, ...]:
         """Lines ``file:line: field: message`` for checks load_plan skipped; not problems."""
         return self._check_warnings
+
+    @property
+    def dates(self) -> PlanDates:
+        """window.start and exit.test_by as written, their anchor day and resolved dates (a
+        plan validated without load_plan: its dates as they are, anchored today)."""
+        return self._dates or dates_of(self.window.start, self.exit.test_by)[0]
 
     @model_validator(mode="after")
     def _coherent(self) -> Plan:
@@ -537,11 +548,15 @@ def check_plan_against_cluster(
     return problems, []
 
 
-def load_plan(path: str | Path, *, check_cluster: bool = True) -> Plan:
+def load_plan(
+    path: str | Path, *, check_cluster: bool = True, now: dt.datetime | None = None
+) -> Plan:
     """Read and validate a plan; raise PlanError naming every problem with file:line: field.
 
     With ``check_cluster`` a Slurm plan's nodes are also checked with sinfo when it answers;
-    when it does not, ``plan.check_warnings`` says the check was skipped.
+    when it does not, ``plan.check_warnings`` says the check was skipped. Relative dates
+    resolve against the anchor day the PoC's first run fixed, else against today (``now``:
+    the clock, for tests) in the plan's time zone (tasks/data/plan_dates.py).
     """
     path = str(path)
     try:
@@ -556,11 +571,16 @@ def load_plan(path: str | Path, *, check_cluster: bool = True) -> Plan:
         raise PlanError(path, [yaml_error_line(path, text, exc)]) from exc
     if not isinstance(data, dict):
         raise PlanError(path, [f"{path}:1: the plan must be a YAML mapping"])
+    anchor, stored = anchor_for(path, data, now)
     try:
-        plan = Plan.model_validate(data)
+        plan = Plan.model_validate(data, context={ANCHOR: anchor})
     except ValidationError as exc:
         raise PlanError(path, validation_problems(path, root, exc)) from exc
+    plan._dates, date_warnings = dates_of(
+        plan.window.start, plan.exit.test_by, anchor, data, stored
+    )
     problems, warnings = check_uninstall_command(path, root, plan)
+    warnings += [f"{path}: {line}" for line in date_warnings]
     if check_cluster:
         more_problems, more_warnings = check_plan_against_cluster(path, root, plan)
         problems += more_problems

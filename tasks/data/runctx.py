@@ -20,6 +20,7 @@ from typing import Any
 from tasks.data.errors import CkptPocError
 from tasks.data.fingerprint import collect_fingerprint
 from tasks.data.plan import Plan, plan_hash
+from tasks.data.plan_dates import fix_plan_dates
 from tasks.data.runs import (
     RunStatus,
     clean_stale_tmp,
@@ -51,6 +52,8 @@ class RunContext:
     started_at: dt.datetime
     fingerprint: dict[str, Any]
     stage: str = "unknown"
+    # The plan's dates as the PoC fixed them (anchor, resolved dates, forms): in the commit.
+    plan_dates: dict[str, Any] = field(default_factory=dict)
     # Mutable on purpose: the stage's code says how it ended; open_run writes it down.
     end: RunEnd = field(default_factory=RunEnd, compare=False)
 
@@ -76,7 +79,15 @@ class RunContext:
     def commit(self, outcome: str = "complete", status: RunStatus | None = None) -> Path:
         """Make the run's rows visible to readers, once they are complete and gated
         (tasks.data.runs). Stages do not call this: open_run does, last."""
-        return commit_run(self.data_dir, self.poc, self.run_id, self.stage, outcome, status)
+        return commit_run(
+            self.data_dir,
+            self.poc,
+            self.run_id,
+            self.stage,
+            outcome,
+            status,
+            self.plan_dates or None,
+        )
 
 
 def current_run_id() -> str:
@@ -108,17 +119,21 @@ def make_run_context(
     plan: Plan, plan_path: str | Path, run_id: str | None = None, stage: str = "unknown"
 ) -> RunContext:
     """The run's context. The run is registered as live (its rows stay invisible until it
-    commits), and temp files that killed writes left behind are removed."""
+    commits), and temp files that killed writes left behind are removed. The PoC's first
+    run fixes its plan dates' anchor (tasks/data/plan_dates.py)."""
+    data_dir = Path(plan.data_dir).resolve()
+    dates = fix_plan_dates(plan.dates, data_dir, plan.poc)
     ctx = RunContext(
         poc=plan.poc,
         run_id=run_id or current_run_id(),
         plan_path=str(plan_path),
         plan_hash=plan_hash(plan_path),
         git_sha=git_sha(),
-        data_dir=Path(plan.data_dir).resolve(),
+        data_dir=data_dir,
         started_at=dt.datetime.now(dt.UTC),
         fingerprint=collect_fingerprint(),
         stage=stage,
+        plan_dates=dates.record(),
     )
     mark_live(ctx.data_dir, ctx.poc, ctx.run_id, stage)
     clean_stale_tmp(ctx.data_dir, ctx.poc)

@@ -151,10 +151,12 @@ def commit_run(
     stage: str,
     outcome: str,
     status: RunStatus | None = None,
+    plan_dates: dict[str, Any] | None = None,
 ) -> Path:
     """The run is complete: record it with its files (last, atomically) and drop its live
     marker. ``outcome``: 'complete', or why its result was refused (a failed gate);
-    ``status``: what the outcome means (read from the outcome's first word when not given)."""
+    ``status``: what the outcome means (read from the outcome's first word when not given);
+    ``plan_dates``: the plan's dates the run was judged under (tasks/data/plan_dates.py)."""
     root = poc_dir(data_dir, poc)
     files = run_files(data_dir, poc, run_id)
     record = root / COMMITS / f"{run_id}.json"
@@ -167,6 +169,7 @@ def commit_run(
             "status": status or status_of_outcome(outcome),
             "committed_at": dt.datetime.now(dt.UTC).isoformat(),
             "files": sorted(str(Path(f).relative_to(root)) for f in files),
+            **({"plan_dates": plan_dates} if plan_dates is not None else {}),
         },
     )
     (root / LIVE / f"{run_id}.json").unlink(missing_ok=True)

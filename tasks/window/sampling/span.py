@@ -93,6 +93,29 @@ def window_start(plan: Plan) -> dt.datetime:
     return start.astimezone(dt.UTC)
 
 
+def first_sampled(data_dir: Path, poc: str) -> dt.datetime | None:
+    """Where the PoC's committed samples and gaps begin, any node (None: nothing yet)."""
+    starts: list[dt.datetime] = []
+    for spec in (SAMPLES, SAMPLE_GAPS):
+        files = dataset_files(data_dir, poc, spec)
+        if files:
+            ds = pads.dataset(files, schema=spec.arrow_schema, format="parquet")
+            t_from = ds.to_table(columns=["t_from"]).column("t_from")
+            if len(t_from):
+                starts.append(pc.min(t_from).as_py())
+    return min(starts) if starts else None
+
+
+def window_opens(plan: Plan, data_dir: Path, first_read: dt.datetime) -> dt.datetime:
+    """When the window opened: its start day's midnight in the plan's time zone; a window
+    that starts ``today`` (relative to the PoC's anchor day) opens at the PoC's first sample
+    instead: nothing before the PoC began sampling was due (tasks/data/plan_dates.py)."""
+    start = window_start(plan)
+    if not plan.dates.window_opens_at_first_sample:
+        return start
+    return max(start, first_sampled(data_dir, plan.poc) or first_read)
+
+
 def opening_gap(
     plan: Plan,
     data_dir: Path,
@@ -104,7 +127,8 @@ def opening_gap(
     """The stretch between the last committed row and this run's first read, as a gap."""
     previous = covered_until(data_dir, plan.poc, node, source, first_read)
     if previous is None:
-        start = max(window_start(plan), first_read - dt.timedelta(weeks=LOOKBACK_WEEKS))
+        opens = window_opens(plan, data_dir, first_read)
+        start = max(opens, first_read - dt.timedelta(weeks=LOOKBACK_WEEKS))
         if start >= first_read:
             return None  # the window has not started: nothing is missing yet
         reason = f"no sampler run covered this stretch (first run since {start:%Y-%m-%d %H:%M})"
