@@ -504,3 +504,143 @@ def test_the_exit_verdict_is_a_row_of_the_week() -> None:
     w3 = row(weekly_report_rows(make_plan(), frames, W3)[0], "exit_leftovers", "both")
     assert (w3["n"], w3["value"], w3["verdict"]) == (2, 3.0, "not met")
     assert "node-b: 3 leftover(s)" in w3["note"]
+
+
+# --- figures and extrapolation inputs ----------------------------------------------------------
+
+
+def _svg_points(svg: str, gid: str) -> int:
+    """Markers drawn in the SVG group ``gid`` (matplotlib writes one <use> per marker)."""
+    import re
+
+    group = re.search(rf'<g id="{re.escape(gid)}">(.*?)</g>', svg, re.S)
+    return group.group(1).count("<use") if group else 0
+
+
+def test_figures_draw_every_trial_and_the_rows_statistics() -> None:
+    from tasks.data.render import records
+    from tasks.window.weekly.plots import (
+        overhead_chart,
+        overhead_pairs,
+        recovery_chart,
+        weekly_goodput,
+        work_lost_chart,
+    )
+
+    plan, frames = make_plan(), full_frames()
+    rows = records(weekly_report_rows(plan, frames, W1, n_resamples=200)[0])
+    trials = frames["trials"]
+    rec = recovery_chart(trials, rows)
+    # A point per trial of each arm (5 managed, 3 unmanaged), in the data and in the SVG.
+    assert {k: len(v) for k, v in rec.points.items()} == {
+        "sigkill/managed": 5,
+        "sigkill/unmanaged": 3,
+    }
+    assert sorted(rec.points["sigkill/managed"]) == [1, 2, 3, 4, 5]
+    assert _svg_points(rec.svg, "recovery-recovery-0") == 5
+    assert _svg_points(rec.svg, "recovery-recovery-1") == 3
+    assert "<title>Recovery time per fault and arm (every trial)</title>" in rec.svg
+    assert "n = 8" in rec.caption and "30.0 s" in rec.caption  # the plan's threshold
+    lost = work_lost_chart(trials, rows)
+    assert {k: len(v) for k, v in lost.points.items()} == {"managed": 5, "unmanaged": 3}
+    # Overhead: the six pairs of two runs, the row's median among them.
+    oh = overhead_chart(trials, rows)
+    pairs = overhead_pairs(trials)
+    assert len(oh.points["pairs"]) == len(pairs) == 6
+    assert _svg_points(oh.svg, "overhead-overhead-pairs") == 6
+    row_oh = next(r for r in rows if r["measure"] == "overhead_pct")
+    assert float(np.median(oh.points["pairs"])) == pytest.approx(row_oh["value"])
+    # Goodput per week as the rows compute it.
+    gp = weekly_goodput(frames["utilization"])
+    for r in rows:
+        if r["measure"] == "goodput":
+            got = gp[(gp["week"] == W1) & (gp["arm"] == r["arm"])]["value"]
+            assert got.iloc[0] == pytest.approx(r["value"])
+    # The same rows draw the same bytes (fixed jitter, hash salt, no date).
+    assert recovery_chart(trials, rows).svg == rec.svg
+
+
+def test_cold_start_figure_places_each_native_at_its_copys_checkpoint_size() -> None:
+    from tasks.window.weekly.plots import cold_start_chart
+
+    trials = []
+    for i, (size, native, restore) in enumerate(((1e9, 3.0, 1.0), (2e9, 3.5, 1.4))):
+        trials.append(trial("cold_start", "unmanaged", W1, trial_id=f"cold-{i}", ready_s=native))
+        trials.append(
+            trial(
+                "cold_start",
+                "managed",
+                W1,
+                trial_id=f"cold-{i}",
+                ready_s=restore,
+                checkpoint_bytes=int(size),
+            )
+        )
+    trials.append(trial("cold_start", "unmanaged", W1, trial_id="lone", ready_s=9.0))
+    df = frame(trials, TRIALS)
+    chart = cold_start_chart(df, [])
+    assert chart.points["restore_mb"] == (1000.0, 2000.0)
+    assert chart.points["native_mb"] == (1000.0, 2000.0)
+    assert chart.points["native"] == (3.0, 3.5)  # the lone native has no size: median only
+    assert "1 without a size" in chart.caption
+    for clock in set(df["clock"]):
+        assert clock in chart.caption and clock in chart.svg  # both clocks, named
+
+
+def test_a_figure_without_data_says_so_in_one_line() -> None:
+    from tasks.window.weekly.plots import shared_charts, weekly_goodput
+
+    empty = frame([], TRIALS)
+    charts = shared_charts(empty, weekly_goodput(frame([], UTILIZATION)), [], [])
+    assert len(charts) == 5
+    for c in charts:
+        assert c.empty and not c.png and "\n" not in c.caption and "nothing to draw" in c.caption
+
+
+def test_extrapolation_inputs_are_tables_not_json() -> None:
+    from tasks.data.errors import CkptPocError
+    from tasks.data.render import records
+    from tasks.window.weekly.render import extrapolation_inputs, inputs_table_rows
+
+    rows = records(weekly_report_rows(make_plan(), full_frames(), W1, n_resamples=200)[0])
+    groups = extrapolation_inputs(rows)
+    measures = [m for ms, _ in groups for m in ms]
+    assert {"checkpoint_interval_s", "waste_fraction", "goodput_gain_expected"} <= set(measures)
+    table = {r[0]: r for _, t in groups for r in t}
+    assert table["δ, checkpoint cost"] == [
+        "δ, checkpoint cost",
+        "4.00",
+        "s",
+        "median freeze_s of the checkpoint trials",
+    ]
+    lam = table["λ, interruptions per hour of job time"]
+    assert lam[1] == "0.100" and "baseline run base-1" in lam[3]
+    for _, t in groups:
+        for cells in t:
+            assert len(cells) == 4 and not any(c.startswith(("{", "[")) for c in cells), cells
+    # A key the table does not know still reads as a row, a blocking gate as a line.
+    extra = inputs_table_rows(
+        json.dumps(
+            {"new_cost_s": 1.5, "blocked_by": [{"run_id": "r", "gate": "g", "expectation": "e"}]}
+        )
+    )
+    assert extra == [
+        ["new_cost_s", "1.50", "s", "the row's inputs"],
+        ["blocked by a failed gate", "g/e", "", "run r"],
+    ]
+    assert inputs_table_rows(None) == []
+    with pytest.raises(CkptPocError, match="reports row x: inputs: not JSON"):
+        inputs_table_rows("{oops", "reports row x: inputs")
+    with pytest.raises(CkptPocError, match="a JSON object expected, got list"):
+        inputs_table_rows("[1]")
+
+
+def test_weekly_page_shows_inputs_as_tables(tmp_path: Path) -> None:
+    plan, frames = make_plan(), full_frames()
+    rows, cps, gaps = weekly_report_rows(plan, frames, W1, n_resamples=200)
+    series = weekly_series(plan, frames, W1, rows, n_resamples=200)
+    page = weekly_html(rows, cps, gaps, series, tmp_path / "w.html").read_text()
+    inputs = page[page.index("<h2>Extrapolation inputs</h2>") : page.index("<h2>Change points")]
+    assert "<pre>" not in inputs and '"delta_s"' not in inputs
+    assert "<th>name</th><th>value</th><th>unit</th><th>source</th>" in inputs
+    assert "δ, checkpoint cost" in inputs
