@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from cli.common import JsonOpt, PlanArg, command_body, out, write_json
 
-JSON_KEYS = ("html", "pdf", "verdicts", "gates", "exit")
+JSON_KEYS = ("html", "pdf", "decision", "decision_reason", "verdicts", "gates", "exit")
 
 
 def record_cmd(plan: PlanArg, as_json: JsonOpt = False) -> None:
@@ -16,6 +16,9 @@ def record_cmd(plan: PlanArg, as_json: JsonOpt = False) -> None:
     if as_json:
         write_json({k: result[k] for k in JSON_KEYS})
         return
+    out.print(f"decision: {result['decision']}: {result['decision_reason']}", highlight=False)
+    for o in result["decision_detail"]["open"]:
+        out.print(f"  to settle {o['criterion']}: {o['settle']} ({o['basis']})", highlight=False)
     for measure, verdict in result["verdicts"].items():
         out.print(f"{measure}: {verdict}", highlight=False)
     failed = [g for g, s in result["gates"].items() if not s["passed"]]

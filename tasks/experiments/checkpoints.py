@@ -14,10 +14,8 @@ import pandas as pd
 
 from tasks.data.plan import Plan
 from tasks.engine.clock import Event
+from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import workload_hash
-
-CLOCK = "checkpoint_start→checkpoint_end"
-
 
 # The reason's prefix of a dump that failed because the workload ended while it was dumped.
 WORKLOAD_EXITED = "the workload exited during the dump: "
@@ -42,7 +40,7 @@ def checkpoint_rows(events: list[Event], plan: Plan, node: str) -> pd.DataFrame:
             "arm": e.arm,
             "repeat": index,
             "started_at": start.t_wall,
-            "clock": CLOCK,
+            "clock": clock_of("checkpoint", e.arm),
             "includes": "one full CRIU dump, the workload left running",
             "gpus": plan.workload.gpus,
             "gpus_from": "plan",

@@ -38,6 +38,7 @@ from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail, preflight_local
 from tasks.engine.probes import LogProgressProbe, wait_ready
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
+from tasks.experiments.clocks import clock_of, same_clock_check
 from tasks.experiments.overhead import ensure_overhead_supports
 from tasks.experiments.results import ColdStartResult, Failure, Restore
 from tasks.experiments.stats import compare_speedup, fit_throughput
@@ -50,7 +51,6 @@ from tasks.experiments.trials import (
 )
 
 GATE = "cold_start"
-CLOCKS = {"unmanaged": "launch→ready", "managed": "restore_start→ready"}
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 
 
@@ -107,7 +107,7 @@ def _row(plan: Plan, trial: str, arm: str, repeat: int, slot: str) -> dict[str, 
         "arm": arm,
         "repeat": repeat,
         "started_at": dt.datetime.now(dt.UTC),
-        "clock": CLOCKS[arm],
+        "clock": clock_of("cold_start", arm),
         "includes": (
             "process start, imports and initialisation up to ready"
             if arm == "unmanaged"
@@ -297,6 +297,7 @@ def cold_start_gate_checks(trials: pd.DataFrame, plan: Plan) -> list[CheckResult
         for arm in ("unmanaged", "managed")
     ]
     checks += arms_differ_only_in_managed(GATE, rows)
+    checks.append(same_clock_check(GATE, "cold_start", rows))
     restores = rows[rows["arm"] == "managed"]
     missing = restores[restores["checkpoint_bytes"].isna()]["trial_id"].tolist()
     checks.append(

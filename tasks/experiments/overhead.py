@@ -37,6 +37,7 @@ from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail, preflight_local
 from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
+from tasks.experiments.clocks import clock_of, same_clock_check
 from tasks.experiments.results import Failure, OverheadResult
 from tasks.experiments.stats import compare_paired
 from tasks.experiments.trials import (
@@ -50,7 +51,6 @@ from tasks.experiments.trials import (
 
 GATE = "overhead"
 VARIANTS = ("steady", "checkpointing")
-CLOCK = "first progress→last progress"
 LOCAL_ONLY = ("local",)  # the runs are LocalCluster processes, timed on its first slot
 
 
@@ -99,7 +99,7 @@ def timed_run(
         "pair": pair,
         "repeat": pair,
         "started_at": dt.datetime.now(dt.UTC),
-        "clock": CLOCK,
+        "clock": clock_of("overhead", arm),
         "includes": "the progress span of one whole run"
         + (" with CRIU dumps every interval" if variant == "checkpointing" else ""),
         "gpus": plan.workload.gpus,
@@ -255,6 +255,7 @@ def overhead_gate_checks(
                 )
             )
     checks += arms_differ_only_in_managed(GATE, rows)
+    checks.append(same_clock_check(GATE, "overhead", rows))
     spans: dict[tuple[str, str], tuple[int, int]] = {}
     for e in events:
         if e.event == "progress":

@@ -39,6 +39,7 @@ from tasks.engine.paths import run_folder
 from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, PreflightResult
 from tasks.experiments import trials as experiments
 from tasks.experiments.checkpoints import checkpoint_rows
+from tasks.experiments.clocks import same_clock_check
 from tasks.experiments.recovery_local import LOCAL_TRIALS
 from tasks.experiments.recovery_slurm import SLURM_TRIALS
 from tasks.experiments.recovery_trial import (
@@ -271,10 +272,7 @@ def recovery_gate_checks(
                     required=plan.repeats,
                 )
             )
-    clocks = sorted(map(str, trials["clock"].unique()))
-    checks.append(
-        plain_check(GATE, "trials", "same_clock_both_arms", len(clocks) == 1, clocks=clocks)
-    )
+    checks.append(same_clock_check(GATE, "recovery", trials))
     checks += arms_differ_only_in_managed(GATE, trials)
     seen = {(e.trial_id, e.arm, e.event) for e in events}
     unbacked = [

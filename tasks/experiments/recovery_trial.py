@@ -23,12 +23,12 @@ from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.preflight import PreflightResult, log_tail
 from tasks.engine.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
+from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import (
     LOG_TAIL,
     workload_hash,
 )
 
-CLOCK = "fault_injected→serving_again"
 FAULT_DELIVERED = "fault_delivered"  # on a failed row's dict, never a `trials` column
 
 
@@ -81,7 +81,7 @@ def base_row(
         "fault": fault,
         "repeat": repeat,
         "started_at": dt.datetime.now(dt.UTC),
-        "clock": CLOCK,
+        "clock": clock_of("recovery", arm),
         "includes": includes,
         "gpus": plan.workload.gpus,
         "gpus_from": "plan",

@@ -246,9 +246,7 @@ def minimum_detectable_effect(
 # --- the two comparisons the report makes ------------------------------------------------------
 
 
-def _pairs_to_decide(
-    n: int, ci: tuple[float, float], centre: float, threshold: float
-) -> int | None:
+def n_to_decide(n: int, ci: tuple[float, float], centre: float, threshold: float) -> int | None:
     """Pairs needed, at this spread, for the CI to clear the threshold (CI width ~ 1/sqrt(n))."""
     gap = abs(centre - threshold)
     half = (ci[1] - ci[0]) / 2
@@ -282,7 +280,7 @@ def _straddle_warning(
     mde: float | None,
 ) -> str:
     """Why enough pairs still leave the verdict undecided, and how many more would decide."""
-    need = _pairs_to_decide(n, ci, centre, threshold_pct)
+    need = n_to_decide(n, ci, centre, threshold_pct)
     return (
         f"{confidence:.0%} CI [{ci[0]:.3g}, {ci[1]:.3g}] % straddles the {threshold_pct:g} % "
         f"threshold: too much spread for {n} pairs to decide"

@@ -3,6 +3,7 @@ rendered to HTML and PDF, and the flow's markdown artifact."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,14 +11,12 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.datasets import JOBS
 from tasks.data.plan import Plan
 from tasks.data.render import records, write_atomically
 from tasks.data.runctx import RunContext
-from tasks.data.store import read_dataset
 from tasks.data.weeks import current_week
+from tasks.poc.record.decision import decide
 from tasks.poc.record.document import Doc, render_html, render_pdf
-from tasks.poc.record.mistakes import six_mistakes
 from tasks.poc.record.sections import (
     TITLES_HERE,
     VERDICT_MEASURES,
@@ -32,13 +31,16 @@ from tasks.poc.record.sources import (
     exit_state,
     files_by_run,
     source_rows,
-    verdict_of,
     week_trials,
     weeks_of,
 )
-from tasks.window.weekly.rows import read_frames, weekly_report_rows
+from tasks.window.weekly.model import verdict_text
+from tasks.window.weekly.rows import read_frames, week_report
 
 N_RESAMPLES = 10_000
+
+
+DECISION_FILE = "decision.json"
 
 
 def record_dir(data_dir: str | Path, poc: str) -> Path:
@@ -75,24 +77,38 @@ def _shown_rows(
     return recs
 
 
-def gather(plan: Plan, data_dir: str | Path, *, n_resamples: int = N_RESAMPLES) -> Facts:
-    """Everything the record shows, from the committed datasets: the verdict rows are
-    weekly_report_rows of the latest week with data."""
+def gather(
+    plan: Plan,
+    data_dir: str | Path,
+    *,
+    n_resamples: int = N_RESAMPLES,
+    today: dt.date | None = None,
+) -> Facts:
+    """Everything the record shows, from the committed datasets: the verdict rows and the six
+    checks are week_report's of the latest week with data; the decision is the plan's rule on
+    ``today`` (UTC)."""
     poc = plan.poc
     frames = read_frames(data_dir, poc)
     weeks = data_weeks(frames)
     week = weeks[-1] if weeks else current_week()
-    rows, change_points, _ = weekly_report_rows(plan, frames, week, n_resamples=n_resamples)
+    report = week_report(plan, frames, week, n_resamples=n_resamples)
+    rows, change_points = report.rows, report.change_points
     segment = int(rows["segment"].max()) if len(rows) else 0
     start = min((cp["week"] for cp in change_points if cp["segment"] == segment), default="")
     seg_weeks = [w for w in weeks if w >= start]
     recs = _shown_rows(rows, frames, week, segment, seg_weeks, n_resamples)
     by_key = {(r["measure"], r["arm"]): r for r in recs}
+    judged = {
+        m: row
+        for m in (*VERDICT_MEASURES, "exit_leftovers")
+        if (row := by_key.get((m, "managed")) or by_key.get((m, "both"))) is not None
+    }
     verdicts = {
-        m: verdict_of(by_key.get((m, "managed")) or by_key.get((m, "both")))
+        m: verdict_text(str(judged[m]["verdict"]), judged[m].get("note"))
+        if m in judged
+        else "no data"
         for m in VERDICT_MEASURES
     }
-    jobs = read_dataset(JOBS, data_dir=data_dir, poc=poc, columns=["run_id", "job_name"])
     state, latest_exit = exit_state(frames["exit_verdicts"])
     return Facts(
         plan=plan,
@@ -107,21 +123,37 @@ def gather(plan: Plan, data_dir: str | Path, *, n_resamples: int = N_RESAMPLES) 
         seg_weeks=seg_weeks,
         files=files_by_run(data_dir, poc),
         verdicts=verdicts,
-        mistakes=six_mistakes(plan, frames, jobs),
+        mistakes=report.gates,
+        decision=decide(plan, judged, today or dt.datetime.now(dt.UTC).date()),
         exit_state=state,
         latest_exit=latest_exit,
     )
 
 
 def build_document(
-    plan: Plan, data_dir: str | Path, *, n_resamples: int = N_RESAMPLES
+    plan: Plan,
+    data_dir: str | Path,
+    *,
+    n_resamples: int = N_RESAMPLES,
+    today: dt.date | None = None,
 ) -> tuple[Doc, dict[str, Any]]:
     """The record's blocks and its summary (verdicts, gates, exit, the verdict table)."""
-    f = gather(plan, data_dir, n_resamples=n_resamples)
+    f = gather(plan, data_dir, n_resamples=n_resamples, today=today)
     summary = {
         "week": f.week,
+        "decision": f.decision.decision,
+        "decision_reason": f.decision.reason,
+        "decision_detail": f.decision.to_json(),
         "verdicts": f.verdicts,
-        "gates": {m["gate"]: {"passed": m["passed"], "reason": m["reason"]} for m in f.mistakes},
+        "gates": {
+            g.gate: {
+                "passed": g.passed,
+                "reason": g.reason,
+                "effect": g.effect,
+                "holds": g.guards,
+            }
+            for g in f.mistakes
+        },
         "exit": f.exit_state,
         "table": table_rows(f.recs),
     }
@@ -137,16 +169,28 @@ def build_record(plan: Plan, ctx: RunContext, *, n_resamples: int = N_RESAMPLES)
     html_file, pdf_file = out / "decision-record.html", out / "decision-record.pdf"
     write_atomically(html_file, render_html(doc, title).encode("utf-8"))
     write_atomically(pdf_file, render_pdf(doc, title))
-    return {"html": str(html_file), "pdf": str(pdf_file), **summary}
+    result = {"html": str(html_file), "pdf": str(pdf_file), **summary}
+    # `status` shows the decision from here, without judging every week again.
+    decision = {k: result[k] for k in ("week", "decision", "decision_reason")}
+    decision["built_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+    write_atomically(out / DECISION_FILE, json.dumps(decision, indent=1).encode("utf-8"))
+    return result
 
 
 def record_markdown(result: Mapping[str, Any]) -> str:
     """The flow's artifact: verdicts first, then gates and the way out."""
-    lines = [f"# Decision record (data to {result['week']})", "", "## Verdicts", ""]
+    lines = [f"# Decision record (data to {result['week']})", ""]
+    lines += [f"**Decision: {result['decision']}**: {result['decision_reason']}", ""]
+    lines += [
+        f"- to settle {o['criterion']}: {o['settle']} ({o['basis']})"
+        for o in result["decision_detail"]["open"]
+    ]
+    lines += ["", "## Verdicts", ""]
     lines += [f"- {TITLES_HERE.get(m, m)}: **{v}**" for m, v in result["verdicts"].items()]
     lines += ["", "## The six mistakes", ""]
     lines += [
         f"- {g}: {'passed' if s['passed'] else 'FAILED'} ({s['reason']})"
+        + (f"; holds {', '.join(s['holds'])}" if s["holds"] else "")
         for g, s in result["gates"].items()
     ]
     lines += [

@@ -16,10 +16,12 @@ from tasks.data.datasets import EXIT_DIFF
 from tasks.data.plan import Plan
 from tasks.data.render import NO_VALUE, ci, css_class, number, records
 from tasks.data.store import read_dataset
+from tasks.poc.record.decision import Decision
 from tasks.poc.record.document import Doc
 from tasks.poc.record.method import method_lines
 from tasks.poc.record.sources import FIGURE_SOURCES, files_of
-from tasks.window.weekly.model import TITLES
+from tasks.window.weekly.mistakes import GateResult
+from tasks.window.weekly.model import TITLES, verdict_text
 from tasks.window.weekly.render import CHANGE_HEADS, change_rows
 from tasks.window.weekly.rows import weekly_report_rows
 
@@ -73,8 +75,9 @@ class Facts:
     segment: int
     seg_weeks: list[str]
     files: Mapping[str, list[str]]  # run_id → its parquet files
-    verdicts: dict[str, str]  # VERDICT_MEASURES → verdict
-    mistakes: list[dict[str, Any]]
+    verdicts: dict[str, str]  # VERDICT_MEASURES → verdict as people read it
+    mistakes: list[GateResult]  # the checks the verdicts were judged with
+    decision: Decision
     exit_state: str
     latest_exit: pd.DataFrame  # each node's newest exit verdict
 
@@ -94,7 +97,7 @@ def table_rows(recs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
             number(r["value"], r["unit"]),
             ci(r),
             number(r["threshold"], r["unit"]),
-            r["verdict"],
+            verdict_text(str(r["verdict"]), r.get("note")),
         ]
         for r in recs
     ]
@@ -134,15 +137,42 @@ def heading(d: Doc, f: Facts) -> None:
     )
 
 
+def _decision(d: Doc, f: Facts) -> None:
+    """The decision first: what the PoC concluded under the plan's rule, and why."""
+    dec = f.decision
+    d.p(f"Decision: {dec.decision.upper()}: {dec.reason}.")
+    d.p(f"The plan's rule (decision:): {dec.rule}.")
+    if dec.open:
+        d.table(
+            ["criterion", "verdict", "what would settle it", "basis", "inputs"],
+            [
+                [
+                    o.criterion,
+                    o.verdict,
+                    o.settle,
+                    o.basis,
+                    ", ".join(f"{k} {v}" for k, v in o.inputs.items()) or NO_VALUE,
+                ]
+                for o in dec.open
+            ],
+        )
+
+
 def _verdicts(d: Doc, f: Facts) -> None:
     d.table(
         ["measure", "verdict"],
         [[TITLES_HERE[m], v] for m, v in f.verdicts.items()],
-        [css_class(v) for v in f.verdicts.values()],
+        [css_class(v.split(":", 1)[0]) for v in f.verdicts.values()],
     )
+    failed = [g for g in f.mistakes if not g.passed]
     d.p(
-        f"The six mistakes: {sum(m['passed'] for m in f.mistakes)} of 6 gates passed. "
-        f"The way out: {f.exit_state}."
+        f"The six mistakes: {6 - len(failed)} of 6 checks passed"
+        + "".join(
+            f"; {g.title} holds {', '.join(TITLES_HERE.get(m, m) for m in g.guards)}"
+            for g in failed
+            if g.guards
+        )
+        + f". The way out: {f.exit_state}."
     )
 
 
@@ -187,21 +217,27 @@ def _measured_and_extrapolated(d: Doc, f: Facts) -> None:
 
 
 def _six_mistakes(d: Doc, f: Facts) -> None:
+    d.p(
+        "The checks the verdicts above were judged with (tasks.window.weekly.mistakes), not a "
+        "second computation: a failed check holds the verdicts it names — blocked, or undecided "
+        "when the evidence is short of the plan's minimum — and no others."
+    )
     d.table(
-        ["gate", "result", "why", "rows looked at"],
+        ["gate", "result", "why", "holds", "rows looked at"],
         [
             [
-                m["title"],
-                "passed" if m["passed"] else "FAILED",
-                m["reason"],
+                g.title,
+                "passed" if g.passed else "FAILED",
+                g.reason,
+                "; ".join(f"{TITLES_HERE.get(m, m)} ({g.effect})" for m in g.guards) or NO_VALUE,
                 "; ".join(
                     f"{x['dataset']}: {x['rows']} rows, runs {', '.join(x['run_ids']) or '—'}"
-                    for x in m["rows"]
+                    for x in g.rows
                 ),
             ]
-            for m in f.mistakes
+            for g in f.mistakes
         ],
-        ["met" if m["passed"] else "not-met" for m in f.mistakes],
+        ["met" if g.passed else "not-met" for g in f.mistakes],
     )
 
 
@@ -341,6 +377,7 @@ def _lineage(d: Doc, f: Facts) -> None:
 # The sections in order, each under its heading; SECTIONS are the headings (the test checks
 # each is in the HTML and the PDF text).
 WRITERS: tuple[tuple[str, Callable[[Doc, Facts], None]], ...] = (
+    ("Decision", _decision),
     ("Verdicts", _verdicts),
     ("Measures against the plan", _measures),
     ("Method", _method),

@@ -118,13 +118,6 @@ def weeks_of(df: pd.DataFrame) -> int:
     return 0
 
 
-def verdict_of(row: Mapping[str, Any] | None) -> str:
-    if row is None:
-        return "no data"
-    # A row a failed gate blocks decides nothing yet: more (gated) runs decide it.
-    return "undecided" if row["verdict"] == "blocked" else str(row["verdict"])
-
-
 def files_by_run(data_dir: str | Path, poc: str) -> dict[str, list[str]]:
     root = Path(data_dir) / poc
     return {

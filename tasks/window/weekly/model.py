@@ -129,6 +129,8 @@ class WeekRows:
     trials: pd.DataFrame  # the segment's trials to date
     failed_gates: dict[str, list[dict[str, str]]]  # run_id → failed checks
     n_resamples: int = N_RESAMPLES
+    # measure → the six-mistake checks holding its verdict: (effect, gate, why) (mistakes.holds)
+    held: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
 
     def add(
@@ -158,14 +160,23 @@ class WeekRows:
             {"run_id": r, **c}
             for r in sorted(set(run_ids))
             for c in self.failed_gates.get(r, [])
+            # A run short of `repeats` holds no block: the pooled count decides (undecided).
             if c["gate"] in MEASURE_GATES.get(measure, ())
+            and not c["expectation"].startswith("repeats[")
         ]
+        held = self.held.get(measure, []) if judged else []
         if blocked and verdict != "no data":
             verdict = "blocked"
             note = "a gate failed on rows it pools: " + "; ".join(
                 f"{b['gate']}/{b['expectation']} (run {b['run_id']})" for b in blocked
             )
             inputs = {**(inputs or {}), "blocked_by": blocked}
+        elif verdict in ("met", "not met", "undecided") and held:
+            blocks = [(g, why) for effect, g, why in held if effect == "blocks"]
+            if blocks:
+                verdict, note = "blocked", "; ".join(f"{g}: {why}" for g, why in blocks)
+            elif verdict != "undecided" or not note.startswith("needs "):
+                verdict, note = "undecided", "; ".join(why for _, _, why in held)
         row = {
             "week": self.week,
             "week_start": week_start(self.week),
@@ -189,6 +200,14 @@ class WeekRows:
         }
         self.rows.append(row)
         return row
+
+
+def verdict_text(verdict: str, note: str | None) -> str:
+    """A verdict as people read it: `blocked: <gate>: <why>` and `undecided: <why>` carry
+    their reason; met, not met, no data and info stand alone."""
+    if verdict in ("blocked", "undecided") and note:
+        return f"{verdict}: {note}"
+    return verdict
 
 
 def ok_trials(trials: pd.DataFrame, measure: str, arm: str | None = None) -> pd.DataFrame:

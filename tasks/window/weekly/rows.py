@@ -14,6 +14,7 @@ from tasks.data.datasets import (
     EXIT_VERDICTS,
     EXPOSURE,
     GATES,
+    JOBS,
     SAMPLE_GAPS,
     TRIALS,
     UTILIZATION,
@@ -31,6 +32,7 @@ from tasks.window.weekly.measures import (
     recovery_rows,
     utilization_rows,
 )
+from tasks.window.weekly.mistakes import GateResult, holds, six_mistakes
 from tasks.window.weekly.model import EXTRA_COLUMNS, N_RESAMPLES, ROW_COLUMNS, WeekRows
 from tasks.window.weekly.segments import segments, week_start
 
@@ -46,7 +48,10 @@ INPUTS: dict[str, DatasetSpec] = {
 
 
 def read_frames(data_dir: str | Path, poc: str) -> dict[str, pd.DataFrame]:
-    return {name: read_dataset(spec, data_dir=data_dir, poc=poc) for name, spec in INPUTS.items()}
+    """INPUTS, and the accounting's job names (the synthetic-workload check reads them)."""
+    frames = {name: read_dataset(spec, data_dir=data_dir, poc=poc) for name, spec in INPUTS.items()}
+    frames["jobs"] = read_dataset(JOBS, data_dir=data_dir, poc=poc, columns=["run_id", "job_name"])
+    return frames
 
 
 def _frame(frames: Mapping[str, pd.DataFrame], name: str) -> pd.DataFrame:
@@ -108,6 +113,17 @@ def _sources(
     return sources
 
 
+@dataclass
+class WeekReport:
+    """A week judged: its REPORTS rows, the change points to date, its sample gaps, and the
+    six-mistake checks its verdicts were judged with."""
+
+    rows: pd.DataFrame
+    change_points: list[dict[str, Any]]
+    gaps: list[dict[str, Any]]
+    gates: list[GateResult]
+
+
 def weekly_report_rows(
     plan: Plan,
     frames: Mapping[str, pd.DataFrame],
@@ -116,8 +132,20 @@ def weekly_report_rows(
     n_resamples: int = N_RESAMPLES,
 ) -> tuple[pd.DataFrame, list[dict[str, Any]], list[dict[str, Any]]]:
     """The REPORTS rows of ISO ``week`` (without stamp and computed_at), every change point up
-    to and including it, and the week's sample gaps. ``frames``: dataset name → frame as
-    read_dataset returns it (missing ones are empty)."""
+    to and including it, and the week's sample gaps (week_report, without the checks)."""
+    r = week_report(plan, frames, week, n_resamples=n_resamples)
+    return r.rows, r.change_points, r.gaps
+
+
+def week_report(
+    plan: Plan,
+    frames: Mapping[str, pd.DataFrame],
+    week: str,
+    *,
+    n_resamples: int = N_RESAMPLES,
+) -> WeekReport:
+    """ISO ``week`` judged. ``frames``: dataset name → frame as read_dataset returns it
+    (missing ones are empty; 'jobs' needs only job_name)."""
     week_start(week)  # refuse a malformed label early
     trials = _frame(frames, "trials")
     util = _latest_utilization(_frame(frames, "utilization"))
@@ -125,7 +153,11 @@ def weekly_report_rows(
     seg_weeks = segs.weeks_to_date(week)
     pooled = trials[week_labels(trials["started_at"]).isin(seg_weeks).fillna(False).to_numpy()]
     failed = _failed_gates(_frame(frames, "gates"))
-    c = WeekRows(plan, week, segs.of_week[week], pooled, failed, n_resamples)
+    checked = {**frames, "gates": _frame(frames, "gates"), "exposure": _frame(frames, "exposure")}
+    gate_results = six_mistakes(plan, pooled, checked)
+    c = WeekRows(
+        plan, week, segs.of_week[week], pooled, failed, n_resamples, held=holds(gate_results)
+    )
     recovery_rows(c)
     checkpoint_rows(c)
     overhead_row(c)
@@ -137,7 +169,8 @@ def weekly_report_rows(
     extrapolated_rows(c, _frame(frames, "exposure"), measured_gain)
     exit_row(c, _frame(frames, "exit_verdicts"))
     rows = pd.DataFrame(c.rows, columns=[*ROW_COLUMNS, *EXTRA_COLUMNS])
-    return rows, segs.change_points, _gaps(_frame(frames, "sample_gaps"), week)
+    gaps = _gaps(_frame(frames, "sample_gaps"), week)
+    return WeekReport(rows, segs.change_points, gaps, gate_results)
 
 
 @dataclass
