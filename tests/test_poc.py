@@ -372,3 +372,133 @@ def test_status_shows_the_stage_table_and_keeps_its_keys(write_plan, tmp_path) -
     assert text.returncode == 0, text.stderr
     assert "baseline: 1 committed run(s)" in text.stdout
     assert "install         blocked: no before_install snapshot of node local-a" in text.stdout
+
+
+# --- a second demo says what it is (cli/poc.py) ------------------------------------------------
+
+
+def _finished_result(plan: Plan) -> dict[str, Any]:
+    """What `poc(..., short_window=True)` returns over a PoC folder already complete: only
+    plan_check ran, every other stage skipped, no `exit` or `record` key."""
+    return {
+        "poc": plan.poc,
+        "ran": ["plan_check"],
+        "skipped": list(STAGE_NAMES[1:]),
+        "stopped": "complete",
+        "state": {"stages": {s: {"status": "done", "why": None} for s in STAGE_NAMES}},
+    }
+
+
+RECORD = {
+    "verdicts": {"recovery_time_s": "met", "utilization_gain": "undecided: needs 4, has 1"},
+    "decision": "extend",
+    "decision_reason": "utilization_gain is undecided",
+    "html": "data/demo/record/decision-record.html",
+    "pdf": "data/demo/record/decision-record.pdf",
+}
+
+
+def test_a_second_demo_prints_what_the_poc_has_and_says_nothing_was_rerun(plan: Plan) -> None:
+    from cli.poc import demo_summary, demo_summary_lines
+
+    _commit(
+        plan,
+        "exit_diff",
+        {
+            "exit_verdicts": [
+                {"node": "local-a", "verdict": "leftovers", "leftovers": 1},
+                {"node": "local-b", "verdict": "clean", "leftovers": 0},
+            ],
+            "exit_diff": [
+                {"node": "local-a", "kind": "files", "key": "/etc/profile.d/criu.sh"},
+            ],
+        },
+    )
+    asked: list[str] = []
+
+    def read_record(p: Plan) -> dict[str, Any]:
+        asked.append(p.poc)
+        return RECORD
+
+    summary = demo_summary(_finished_result(plan), plan, Path("p.yaml"), read_record=read_record)
+    assert asked == [plan.poc]  # the record is read from the data, never written again
+    lines = demo_summary_lines(summary)
+    text = "\n".join(t for _, t in lines)
+    assert lines[0] == ("rule", f"PoC {plan.poc}: every stage was already done; nothing was re-run")
+    assert "exit verdict: not reached" not in text
+    assert ("bad", "exit verdict: leftovers: 1 (committed before this run)") in lines
+    assert "  leftover: local-a files /etc/profile.d/criu.sh (added)" in text
+    assert "  recovery_time_s: met" in text and "  utilization_gain: undecided: needs 4" in text
+    assert "decision: extend: utilization_gain is undecided" in text
+    assert f"decision record: {RECORD['html']}" in text
+    assert lines[-1][1].startswith("to run the demo afresh: ckpt-poc demo --fresh")
+    assert "scripts/demo --fresh" in lines[-1][1] and "kept as it is" in lines[-1][1]
+
+
+def test_a_second_demo_over_a_clean_exit_reads_clean(plan: Plan) -> None:
+    from cli.poc import demo_summary, demo_summary_lines
+
+    verdicts = [{"node": n, "verdict": "clean", "leftovers": 0} for n in plan.cluster.nodes]
+    _commit(plan, "exit_diff", {"exit_verdicts": verdicts})
+    summary = demo_summary(_finished_result(plan), plan, Path("p.yaml"), read_record=lambda p: {})
+    assert summary.exit["verdict"] == "clean" and summary.exit["leftovers"] == []
+    assert ("good", "exit verdict: clean (committed before this run)") in demo_summary_lines(
+        summary
+    )
+
+
+def test_a_first_demo_prints_its_own_results_and_no_rerun_notice(plan: Plan) -> None:
+    from cli.poc import demo_summary, demo_summary_lines
+
+    result = {
+        **_finished_result(plan),
+        "ran": ["plan_check", *STAGE_NAMES[1:]],
+        "skipped": [],
+        "exit": {"verdict": "clean", "leftovers": []},
+        "record": {k: RECORD[k] for k in ("html", "pdf", "verdicts")},
+    }
+
+    def never(p: Plan) -> dict[str, Any]:
+        raise AssertionError("a stage that ran this time is not read back")
+
+    summary = demo_summary(result, plan, Path("p.yaml"), read_exit=never, read_record=never)
+    text = "\n".join(t for _, t in demo_summary_lines(summary))
+    assert "nothing was re-run" not in text and "--fresh" not in text
+    assert "exit verdict: clean (this run)" in text and "  recovery_time_s: met" in text
+
+
+def test_a_demo_not_yet_at_the_way_out_says_so(plan: Plan) -> None:
+    from cli.poc import demo_summary, demo_summary_lines
+
+    result = _finished_result(plan)
+    for name in ("uninstall", "exit_diff", "record"):
+        result["state"]["stages"][name] = {"status": "blocked", "why": "x"}
+    result["ran"], result["skipped"] = ["plan_check", "baseline"], ["before_install"]
+    lines = demo_summary_lines(demo_summary(result, plan, Path("p.yaml")))
+    assert ("note", "already done, not re-run: before_install") in lines
+    assert ("bad", "exit verdict: not reached (uninstall and exit_diff not done)") in lines
+
+
+def test_demo_fresh_starts_a_new_poc_folder_and_leaves_the_old_one(plan: Plan, write_plan) -> None:
+    from cli.poc import fresh_plan
+    from tasks.data.errors import CkptPocError
+
+    path = write_plan()
+    original = path.read_text()
+    _commit(plan, "baseline")
+    old = Path(plan.data_dir) / plan.poc
+    before = sorted(p.relative_to(old) for p in old.rglob("*"))
+    now = dt.datetime(2026, 12, 1, 15, 4, 5, tzinfo=dt.UTC)
+    derived = fresh_plan(path, now=now)
+    assert derived == Path(plan.data_dir) / "demo-20261201T150405Z" / "plan.yaml"
+    fresh = load_plan(derived, check_cluster=False)
+    assert fresh.poc == "demo-20261201T150405Z"
+    # Only the poc differs: the same plan otherwise, the same data folder beside the old one.
+    assert fresh.model_dump(exclude={"poc"}) == plan.model_dump(exclude={"poc"})
+    assert path.read_text() == original
+    assert sorted(p.relative_to(old) for p in old.rglob("*")) == before
+    assert poc_state(fresh, fresh.data_dir, scheduled=False)["stages"]["baseline"]["status"] == (
+        "due"
+    )
+    with pytest.raises(CkptPocError, match="already exists"):
+        fresh_plan(path, now=now)
