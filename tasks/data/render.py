@@ -154,6 +154,8 @@ def figure_svg(fig: Any, prefix: str, title: str) -> str:
     text = buf.getvalue()
     text = text[text.index("<svg") :]
     text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, flags=re.S)
+    # matplotlib's one style rule ("*{stroke-…}") would reach the whole page: keep it to SVGs.
+    text = text.replace('<style type="text/css">*{', '<style type="text/css">svg *{')
     for ident in set(_ID.findall(text)):
         new = prefix + ident
         text = text.replace(f'id="{ident}"', f'id="{new}"')

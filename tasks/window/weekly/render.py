@@ -256,12 +256,15 @@ def weekly_markdown(
         "## All rows",
         "",
         "Trial-based rows pool the segment's trials to date; utilization and goodput are this "
-        "week's. Extrapolated rows list their inputs in the `reports` dataset.",
+        "week's. Extrapolated rows list their inputs below (and in the `reports` dataset).",
         "",
     ]
     table = weekly_table_rows(recs)
     if table:
         lines += markdown_table(list(table[0]), [list(t.values()) for t in table])
+    for measures, table_rows in extrapolation_inputs(recs):
+        titles = ", ".join(TITLES.get(m, m) for m in measures)
+        lines += ["", f"### Inputs of {titles}", "", *markdown_table(INPUT_HEADS, table_rows)]
     lines += ["", "## Change points", ""]
     lines += [
         f"- {cp['week']} (segment {cp['segment']}): {_change_text(cp)}" for cp in change_points
