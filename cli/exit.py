@@ -36,23 +36,29 @@ def exit_diff_cmd(
     to_phase: Annotated[str, typer.Option("--to", help="the later phase")],
     as_json: JsonOpt = False,
 ) -> None:
-    """Leftovers between two phases' snapshots; exit 0 only when the verdict is clean."""
+    """Leftovers between two phases' snapshots (the PoC's and the unexplained), the nodes'
+    own changes listed apart; exit 0 only when the verdict is clean."""
     with command_body():
         from flows.exit_diff import exit_diff
-        from tasks.exit.exit_diff import LEFTOVER_FIELDS, verdict_line
+        from tasks.exit.exit_diff import LEFTOVER_FIELDS, json_form, summary_line
 
         result = exit_diff(str(plan), from_phase, to_phase)
     if as_json:
-        leftovers = [{f: item[f] for f in LEFTOVER_FIELDS} for item in result["leftovers"]]
-        write_json({"verdict": result["verdict"], "leftovers": leftovers})
+        write_json(json_form(result))
     else:
         from rich.table import Table
 
-        out.print(f"exit verdict: {verdict_line(result)}", highlight=False)
-        if result["leftovers"]:
-            table = Table(*LEFTOVER_FIELDS)
-            for item in result["leftovers"]:
-                table.add_row(*("" if item[f] is None else str(item[f]) for f in LEFTOVER_FIELDS))
+        out.print(f"exit verdict: {summary_line(result)}", highlight=False, markup=False)
+        for title, items, extra in (
+            ("leftovers", result["leftovers"], ("class", "reason")),
+            ("the nodes' own changes (not leftovers)", result["node_own"], ("reason",)),
+        ):
+            if not items:
+                continue
+            table = Table(*LEFTOVER_FIELDS, *extra, title=title)
+            for item in items:
+                fields = (*LEFTOVER_FIELDS, *extra)
+                table.add_row(*("" if item[f] is None else str(item[f]) for f in fields))
             out.print(table)
     if result["leftovers"]:
         raise typer.Exit(1)

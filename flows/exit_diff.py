@@ -13,7 +13,7 @@ from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
 from tasks.data.runctx import open_run
 from tasks.exit.exit_diff import exit_diff as diff_nodes
-from tasks.exit.exit_diff import leftovers_markdown, verdict_line
+from tasks.exit.exit_diff import leftovers_markdown, summary_line, verdict_line
 
 
 @task(name="diff_snapshots", cache_policy=NO_CACHE)
@@ -27,13 +27,14 @@ def diff_task(plan: Plan, plan_path: str, from_phase: str, to_phase: str) -> dic
 
 @flow(name="exit_diff", flow_run_name=run_name("exit diff"))
 def exit_diff(plan_path: str, from_phase: str, to_phase: str) -> dict[str, Any]:
-    """Leftovers between two phases' snapshots of every plan node → `exit_diff`, and the
-    verdict ('clean' or 'leftovers: N') first in the run's artifact."""
+    """Every difference between two phases' snapshots of every plan node, attributed →
+    `exit_diff`; the verdict ('clean' or 'leftovers: N', the PoC's and the unexplained items)
+    first in the run's artifact, the nodes' own changes listed apart."""
     plan = ensure_plan_is_valid(plan_path)
     result = diff_task(plan, plan_path, from_phase, to_phase)
     create_markdown_artifact(
         key="exit-diff",
         markdown=leftovers_markdown(result),
-        description=f"Exit verdict: {verdict_line(result)}",
+        description=f"Exit verdict: {summary_line(result)}"[:2000],
     )
     return result

@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tasks.baseline.pseudonym import KEY_ENV, Pseudonymiser
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.plan import AllowedChange, Plan, Watch, load_plan
 from tasks.data.runctx import make_run_context
@@ -37,23 +38,21 @@ SHARED_VM_CHURN = [
     {"kind": "files", "key": "/var/tmp/*", "why": "other sessions' temporary files"},
     {"kind": "files", "key": "/dev/shm/*", "why": "other sessions' shared memory"},
     {"kind": "files", "key": "/run/user/*", "why": "login sessions of the VM's tooling"},
+    # A process's key is its exe and an argv hash: what shows its argv is an argv glob.
+    {"kind": "processes", "key": "*", "argv": "*/tmp/ci/*", "why": "the CI run on this VM"},
     {"kind": "processes", "key": "/tmp/ci/*", "why": "the CI run on this VM"},
-    {"kind": "processes", "key": "* /tmp/ci/*", "why": "the CI run's children"},
-    {"kind": "processes", "key": "*/tmp/pytest-of-*", "why": "other test sessions' jobs"},
+    {"kind": "processes", "key": "*", "argv": "*/tmp/pytest-of-*", "why": "other test sessions"},
     {"kind": "processes", "key": "/root/.pyenv/*", "why": "other sessions' Python tools"},
-    {"kind": "processes", "key": "*/.venv/bin/*", "why": "other sessions' virtualenvs"},
-    # Commands of the VM's tool runner (every session's shell): its "login sessions".
-    # (it runs from a sealed memfd, so its exe reads /memfd:sealed-…).
-    {"kind": "processes", "key": "* (under /memfd:sealed-* --startup-timeout *", "why": "tools"},
-    {"kind": "processes", "key": "/memfd:sealed-* --startup-timeout *", "why": "the runner"},
+    {"kind": "processes", "key": "*", "argv": "*/.venv/bin/*", "why": "other sessions' venvs"},
+    # The VM's tool runner (every session's shell; it runs from a sealed memfd).
+    {"kind": "processes", "key": "/memfd:sealed-*", "why": "the runner"},
     {"kind": "processes", "key": "/usr/sbin/slurmstepd*", "why": "other sessions' Slurm steps"},
-    {"kind": "processes", "key": "* (under /usr/sbin/slurmstepd*", "why": "their jobs"},
     {"kind": "sockets", "key": "unix /tmp/*", "why": "other test sessions' daemons"},
     {"kind": "sockets", "key": "* /tmp/ci/*", "why": "the CI run's servers"},
     {"kind": "sockets", "key": "* /root/.pyenv/*", "why": "other sessions' Python servers"},
     {"kind": "sockets", "key": "*/.venv/bin/*", "why": "other sessions' servers"},
     {"kind": "sockets", "key": "*/tmp/pytest-of-*", "why": "other test sessions' daemons"},
-    {"kind": "sockets", "key": "* (under /memfd:sealed-* --startup-timeout *", "why": "tools"},
+    {"kind": "sockets", "key": "* /memfd:sealed-*", "why": "the runner's servers"},
 ]
 
 
@@ -176,6 +175,8 @@ def planted_residue(mark: str) -> Iterator[dict[tuple[str, str], str]]:
                 str(port_file),
             ],
             check=True,
+            # Started as the PoC starts a copy: the marker is inherited by the daemon.
+            env={**os.environ, "CKPT_POC_JOB": f"test/{mark}"},
         )
         assert launcher.returncode == 0
         deadline = time.monotonic() + 10
@@ -190,7 +191,9 @@ def planted_residue(mark: str) -> Iterator[dict[tuple[str, str], str]]:
             if p.isdigit() and f"ckpt-poc-test-{mark}".encode() in _cmdline(int(p))
         )
         exe = os.readlink(f"/proc/{daemon_pid}/exe")
-        proc_key = f"{exe} -c {code} ckpt-poc-test-{mark}"
+        argv = ["/usr/bin/python3", "-c", code, f"ckpt-poc-test-{mark}"]
+        token = Pseudonymiser(os.environ[KEY_ENV].encode()).token("argv", "\0".join(argv))
+        proc_key = f"{exe} {token}"
         expected[("processes", proc_key)] = "added"
         expected[("sockets", f"tcp 127.0.0.1:{port} {proc_key}")] = "added"
         subprocess.run(
@@ -241,6 +244,9 @@ def test_planted_residue_is_reported_item_by_item_and_nothing_else(write_plan) -
     assert not missed, f"planted but not reported: {missed}"
     for key, change in expected.items():
         assert found[key]["change"] == change, found[key]
+        assert found[key]["class"] in ("poc", "unexplained"), found[key]
+    # The daemon started from the PoC's tree, and its socket, are the PoC's.
+    assert {found[k]["class"] for k in expected if k[0] in ("processes", "sockets")} == {"poc"}
     others = {
         k: v
         for k, v in found.items()

@@ -448,7 +448,11 @@ SNAPSHOTS = DatasetSpec(
 
 EXIT_DIFF = DatasetSpec(
     name="exit_diff",
-    doc="What differs between two snapshots of a node that the plan does not allow: leftovers.",
+    doc=(
+        "What differs between two snapshots of a node that the plan does not allow, each "
+        "attributed: the PoC's and the unexplained ones are leftovers; the node's own are "
+        "listed, never counted."
+    ),
     key=("run_id", "node", "kind", "key"),
     week_from="diffed_at",
     columns=(
@@ -457,10 +461,18 @@ EXIT_DIFF = DatasetSpec(
         Column("from_phase", S, False),
         Column("to_phase", S, False),
         Column("kind", S, False, allowed=SNAPSHOT_KINDS),
-        Column("key", S, False),
+        Column("key", S, False, doc="a process as its executable and argv hash, never argv"),
         Column("change", S, False, allowed=("added", "removed", "changed")),
         Column("before", S),
         Column("after", S),
+        Column(
+            "class",
+            S,
+            allowed=("poc", "node_own", "unexplained"),
+            doc="whose the change is (tasks/exit/exit_diff.py); null: written before "
+            "attribution, every such row a leftover",
+        ),
+        Column("reason", S, doc="why it has its class"),
         Column("diffed_at", TS, False),
         *_FP,
     ),
@@ -468,7 +480,10 @@ EXIT_DIFF = DatasetSpec(
 
 EXIT_VERDICTS = DatasetSpec(
     name="exit_verdicts",
-    doc="One row per node and exit diff: the verdict, clean or how many leftovers.",
+    doc=(
+        "One row per node and exit diff: the verdict, clean or how many leftovers (the "
+        "PoC's and the unexplained items), and how many node-own changes were listed apart."
+    ),
     key=("run_id", "node"),
     week_from="diffed_at",
     columns=(
@@ -477,7 +492,11 @@ EXIT_VERDICTS = DatasetSpec(
         Column("from_phase", S, False),
         Column("to_phase", S, False),
         Column("verdict", S, False, allowed=("clean", "leftovers")),
-        Column("leftovers", I64, False, min=0),
+        Column("leftovers", I64, False, min=0, doc="poc_items + unexplained"),
+        # Null in rows written before the diff attributed its items.
+        Column("poc_items", I64, min=0, doc="leftovers that are the PoC's"),
+        Column("unexplained", I64, min=0, doc="leftovers neither the PoC's nor the node's"),
+        Column("node_own", I64, min=0, doc="the node's own changes: listed, not leftovers"),
         Column("items_compared", I64, False, min=0),
         Column("diffed_at", TS, False),
         *_FP,

@@ -34,6 +34,17 @@ from pydantic import (
 from tasks.data.errors import PlanError
 from tasks.data.plan_cluster import check_slurm_nodes
 from tasks.data.plan_dates import ANCHOR, PlanDate, PlanDates, anchor_for, dates_of
+
+# What a node snapshot observes (exit.watch, exit.allowed_changes): re-exported from here.
+from tasks.data.plan_watch import (  # noqa: F401
+    DEFAULT_NAMES_ONLY,
+    DEFAULT_WATCHED_PATHS,
+    SNAPSHOT_KINDS,
+    AllowedChange,
+    SnapshotKind,
+    Watch,
+    control_node_problems,
+)
 from tasks.data.plan_yaml import (
     DuplicateKeysError,
     duplicate_key_problems,
@@ -235,62 +246,6 @@ class Success(_Strict):
         return self
 
 
-SnapshotKind = Literal[
-    "packages",  # Debian packages: name, version, status; conffiles changed from the package's
-    "units",  # systemd units: enabled/active, drop-ins, dangling symlinks under *.wants
-    "files",  # under the watched paths: sha256, mode, owner, file capabilities
-    "modules",  # loaded kernel modules
-    "sysctls",  # /proc/sys, volatile keys left out (and listed as left out)
-    "sockets",  # listening sockets
-    "processes",  # exe, argv, uid
-    "mounts",
-    "users",  # users and groups
-    "cron",  # cron entries and systemd timers
-    "ldconfig",  # the dynamic linker's paths
-    "scheduler",  # Slurm: config plugins, /etc/slurm/**, node features/GRES/state; k8s: labels
-]
-SNAPSHOT_KINDS: tuple[str, ...] = get_args(SnapshotKind)
-DEFAULT_WATCHED_PATHS = (
-    "/etc",
-    "/usr/local",
-    "/opt",
-    "/usr/lib/criu",
-    "/var/lib",
-    "/tmp",
-    "/var/tmp",
-    "/run",
-    "/dev/shm",
-    "/var/log",
-)
-# Busy folders: their entries' names are recorded, not their contents.
-DEFAULT_NAMES_ONLY = ("/tmp", "/var/tmp", "/run", "/dev/shm", "/var/log")
-
-
-class AllowedChange(_Strict):
-    """What may differ after the way out without counting as a leftover (a log grew, the
-    PoC's own data folder): a snapshot kind and a glob over its keys."""
-
-    kind: SnapshotKind
-    key: str = Field(min_length=1, description="fnmatch glob over the item's key")
-    why: str = Field(min_length=1, description="why this change is expected")
-
-
-class Watch(_Strict):
-    """What a node snapshot observes (DESIGN §1.8): defaults that suit a Debian node."""
-
-    kinds: list[SnapshotKind] = Field(default_factory=lambda: list(SNAPSHOT_KINDS), min_length=1)
-    paths: list[str] = Field(default_factory=lambda: list(DEFAULT_WATCHED_PATHS), min_length=1)
-    names_only: list[str] = Field(default_factory=lambda: list(DEFAULT_NAMES_ONLY))
-
-    @field_validator("paths", "names_only")
-    @classmethod
-    def _absolute(cls, value: list[str]) -> list[str]:
-        for path in value:
-            if not path.startswith("/") or "\0" in path:
-                raise ValueError(f"{path!r} is not an absolute path")
-        return value
-
-
 class Exit(_Strict):
     uninstall: list[str] = Field(min_length=1, description="argv of the uninstall command")
     verification: list[str] = Field(
@@ -300,6 +255,12 @@ class Exit(_Strict):
     test_by: PlanDate
     watch: Watch = Field(default_factory=Watch)
     allowed_changes: list[AllowedChange] = Field(default_factory=list)
+    # Never installed on, snapshotted at the same phases: what changes the same way there is
+    # the node's own life (tasks/exit/exit_diff.py; checked by control_node_problems).
+    control_node: SafeName | None = None
+    recheck_after_s: float = Field(
+        default=30, ge=0, le=3600, description="after_uninstall snapshotted again, s later"
+    )
 
     @field_validator("uninstall", mode="before")
     @classmethod
@@ -476,6 +437,7 @@ class Plan(_Strict):
                 )
             if fault.kind != "node-down" and fault.down_s != 0:
                 problems.append(f"faults.{i}.down_s: only a node-down fault has a down time")
+        problems += control_node_problems(self.exit.control_node, list(self.cluster.nodes))
         need = self.success.utilization_gain.min_weeks
         if self.window.weeks < need:
             problems.append(

@@ -101,13 +101,24 @@ def who() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def install_targets(plan: Plan) -> list[str]:
+    """The plan's nodes the PoC installs on: all but its control node (exit.control_node)."""
+    return [n for n in plan.cluster.nodes if n != plan.exit.control_node]
+
+
 def target_nodes(plan: Plan, nodes: Sequence[str] | None) -> list[str]:
-    """The nodes to act on (default: all the plan's); any other node is refused here, first."""
-    chosen = list(plan.cluster.nodes) if nodes is None else list(nodes)
+    """The nodes to act on (default: every install target); any other node, and the control
+    node (never installed on), is refused here, first."""
+    chosen = install_targets(plan) if nodes is None else list(nodes)
     outside = [n for n in chosen if n not in plan.cluster.nodes]
     if outside:
         raise BlastRadiusError(
             f"node(s) {outside} are not the plan's nodes {list(plan.cluster.nodes)}: refused"
+        )
+    if plan.exit.control_node in chosen:
+        raise BlastRadiusError(
+            f"node {plan.exit.control_node!r} is the plan's control node (exit.control_node): "
+            "never installed on: refused"
         )
     if plan.cluster.kind not in NODE_KINDS:
         raise InstallError(f"install of criu on a {plan.cluster.kind} cluster is not built")

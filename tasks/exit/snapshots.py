@@ -13,6 +13,12 @@ is not.
 `take_snapshot` runs the collector for one plan node — locally, or inside a Slurm job
 pinned to that node with `srun` (`python -m tasks.exit.snapshots collect ... --json`, no SSH) —
 stamps the rows and writes the ``snapshots`` dataset; the caller commits the run.
+
+A process is stored as its executable and an HMAC of its argv with the pseudonymisation key
+(tasks.baseline.pseudonym: the environment or the plan's Prefect Secret); the key reaches the
+Slurm job in its environment, never on a command line. ``take_snapshots`` of ``after_uninstall``
+takes it again ``exit.recheck_after_s`` later (phase ``after_uninstall.recheck``, the same run):
+what is gone by then was transient.
 """
 
 from __future__ import annotations
@@ -24,12 +30,14 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from tasks.baseline.pseudonym import KEY_ENV, Pseudonymiser, load_pseudonym_key
 from tasks.data.datasets import SNAPSHOTS
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.jsonform import JsonForm
@@ -37,13 +45,38 @@ from tasks.data.plan import Plan, Watch
 from tasks.data.runctx import REPO_ROOT, RunContext
 from tasks.data.store import read_dataset, write_dataset
 from tasks.exit.collectors import COLLECTORS, Collector, Observation
+from tasks.exit.collectors.base import ProcessTable
 from tasks.exit.collectors.processes import (
     COLLECTOR_MODULE,
     READS_PROCESS_TABLE,
     read_processes,
 )
+from tasks.exit.install import prefix_root
 
 SRUN_TIMEOUT_S = 600
+# The phase whose snapshot is taken a second time, exit.recheck_after_s later, and its name.
+RECHECKED_PHASE = "after_uninstall"
+RECHECK_SUFFIX = ".recheck"
+
+
+def recheck_phase(phase: str) -> str:
+    return phase + RECHECK_SUFFIX
+
+
+def poc_paths() -> tuple[str, ...]:
+    """The PoC's own folders on a node: this checkout and the install prefix root."""
+    return (str(REPO_ROOT), str(prefix_root()))
+
+
+def argv_rules(plan: Plan) -> tuple[str, ...]:
+    """The plan's allowed argv globs, matched by the processes collector on the node."""
+    return tuple(a.argv for a in plan.exit.allowed_changes if a.argv is not None)
+
+
+def plan_pseudonymiser(plan: Plan) -> Pseudonymiser:
+    """The argv hash's key: the project's pseudonymisation key (environment or Secret)."""
+    key, _origin = load_pseudonym_key(plan.baseline.pseudonym_key_secret)
+    return Pseudonymiser(key)
 
 
 def collect(
@@ -55,12 +88,19 @@ def collect(
     data_dirs: list[str] | None = None,
     kubernetes: bool = False,
     env: Mapping[str, str] | None = None,
+    pseudonymiser: Pseudonymiser | None = None,
+    allowed_argv: tuple[str, ...] = (),
 ) -> list[dict[str, str]]:
     """Observe this machine: one {kind, key, value} per item of each kind ``watch`` names.
 
     ``data_dirs`` (the plan's data folder) are never walked; ``root`` lets a test point the
-    file-based kinds at a fake tree (processes, sockets, sysctls always read this kernel).
+    file-based kinds at a fake tree (processes and sockets always read this kernel).
+    ``pseudonymiser`` keys the argv hashes (default: the key in the environment);
+    ``allowed_argv``: the plan's argv globs (tasks.data.plan.AllowedChange.argv).
     """
+    reads_procs = bool(READS_PROCESS_TABLE & set(watch.kinds))
+    if reads_procs and pseudonymiser is None:
+        pseudonymiser = Pseudonymiser(load_pseudonym_key(None)[0])
     col = Collector(root)
     obs = Observation(
         node=node,
@@ -69,11 +109,26 @@ def collect(
         scheduler="slurm" if slurm else "kubernetes" if kubernetes else None,
         env=env,
         # Read once, before any kind, for every kind that reads it.
-        processes=read_processes() if READS_PROCESS_TABLE & set(watch.kinds) else None,
+        processes=_as_seen_from(read_processes(), root) if reads_procs else None,
+        pseudonymiser=pseudonymiser,
+        argv_rules=tuple(allowed_argv),
+        poc_paths=poc_paths(),
     )
     for kind in watch.kinds:
         COLLECTORS[kind](col, obs)
     return col.rows()
+
+
+def _as_seen_from(procs: ProcessTable, root: Path) -> ProcessTable:
+    """A fake root's processes name their executables as the node would (``root`` cut off),
+    so a process run from a file the snapshot lists is matched with that file."""
+    top = str(root).rstrip("/")
+    if not top:
+        return procs
+    for info in procs.values():
+        if info["exe"].startswith(top + "/"):
+            info["exe"] = info["exe"][len(top) :]
+    return procs
 
 
 # --- the dataset -----------------------------------------------------------------------------
@@ -117,7 +172,11 @@ def collect_on_slurm(
         "--slurm",
         "--json",
         *[a for d in data_dirs for a in ("--data-dir", d)],
+        *[a for g in argv_rules(plan) for a in ("--allowed-argv", g)],
     ]
+    # The key travels in srun's environment (exported to the job), never on its command line.
+    job_env = {**(os.environ if env is None else env)}
+    job_env[KEY_ENV] = load_pseudonym_key(plan.baseline.pseudonym_key_secret)[0].decode()
     try:
         done = subprocess.run(
             argv,
@@ -126,7 +185,7 @@ def collect_on_slurm(
             timeout=SRUN_TIMEOUT_S,
             check=False,
             cwd=REPO_ROOT,
-            env=dict(env) if env is not None else None,
+            env=job_env,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise CkptPocError(f"snapshot of node {node}: srun failed: {exc}") from exc
@@ -147,7 +206,18 @@ def take_snapshots(
 ) -> dict[str, pd.DataFrame]:
     """``take_snapshot`` of each of ``nodes``. On a local plan every node is this machine:
     it is observed once and the rows are written under each node's name (observing the
-    same machine twice in a row only doubles the time)."""
+    same machine twice in a row only doubles the time). The ``after_uninstall`` snapshot is
+    taken again ``exit.recheck_after_s`` later (``after_uninstall.recheck``, not returned)."""
+    out = _snapshot_nodes(plan, ctx, phase, nodes)
+    if phase == RECHECKED_PHASE and plan.exit.recheck_after_s > 0:
+        time.sleep(plan.exit.recheck_after_s)
+        _snapshot_nodes(plan, ctx, recheck_phase(phase), nodes)
+    return out
+
+
+def _snapshot_nodes(
+    plan: Plan, ctx: RunContext, phase: str, nodes: list[str]
+) -> dict[str, pd.DataFrame]:
     out: dict[str, pd.DataFrame] = {}
     observed: list[dict[str, str]] | None = None
     for node in nodes:
@@ -184,6 +254,8 @@ def take_snapshot(
             slurm=False,
             kubernetes=kind == "kubernetes",
             data_dirs=data_dirs,
+            pseudonymiser=plan_pseudonymiser(plan),
+            allowed_argv=argv_rules(plan),
         )
     df = pd.DataFrame(rows, columns=["kind", "key", "value"])
     partial = bool((df["kind"] == "error").any())
@@ -202,7 +274,9 @@ def take_snapshot(
         run_id=ctx.run_id,
         # One run snapshots every plan node: one file each (a second <run_id>.parquet in the
         # same week would be refused as a rewrite).
-        part=list(plan.cluster.nodes).index(node),
+        # The recheck is the same run's second snapshot of the node: its own file.
+        part=list(plan.cluster.nodes).index(node)
+        + (len(plan.cluster.nodes) if phase.endswith(RECHECK_SUFFIX) else 0),
         metadata=ctx.file_metadata,
     )
     return df
@@ -230,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--slurm", action="store_true")
     c.add_argument("--kubernetes", action="store_true")
     c.add_argument("--data-dir", action="append", default=[])
+    c.add_argument("--allowed-argv", action="append", default=[], help="a plan argv glob")
     c.add_argument("--json", action="store_true", help="print JSON (the only output format)")
     args = parser.parse_args(argv)
     watch = Watch.model_validate_json(args.watch)
@@ -239,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         slurm=args.slurm,
         kubernetes=args.kubernetes,
         data_dirs=args.data_dir,
+        allowed_argv=tuple(args.allowed_argv),
     )
     sys.stdout.write(json.dumps(rows) + "\n")
     return 0

@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
+from tasks.baseline.pseudonym import Pseudonymiser
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Watch
 
 CMD_TIMEOUT_S = 60
 
-# One process of the process table: exe, argv, uid, ppid, kernel thread or not.
+# One process of the process table: exe, argv, uid, ppid, kernel thread or not, cwd and the
+# names of the PoC's marker variables in its environment (never their values).
 ProcessInfo = dict[str, Any]
 ProcessTable = dict[int, ProcessInfo]
 
@@ -57,7 +59,11 @@ class Observation:
     ``data_dirs``: absolute folders never walked (the plan's data folder); ``scheduler``: the
     scheduler holding a view of the node (None: a local plan); ``env``: the environment its
     commands run with (None: this process's); ``processes``: the process table read once
-    for the kinds that share it (None: a collector reads its own)."""
+    for the kinds that share it (None: a collector reads its own); ``pseudonymiser``: keys
+    the hash a process's argv is stored as (None: a kind that stores no argv was asked);
+    ``argv_rules``: the plan's allowed argv globs, matched here and stored by name;
+    ``poc_paths``: the PoC's own folders (its checkout, its install prefix root): a process
+    run from one is the PoC's."""
 
     node: str
     watch: Watch
@@ -65,6 +71,9 @@ class Observation:
     scheduler: Literal["slurm", "kubernetes"] | None = None
     env: Mapping[str, str] | None = None
     processes: ProcessTable | None = None
+    pseudonymiser: Pseudonymiser | None = field(default=None, repr=False)
+    argv_rules: tuple[str, ...] = ()
+    poc_paths: tuple[str, ...] = ()
 
 
 class SnapshotCollector(Protocol):

@@ -1,14 +1,17 @@
-"""``sockets``: listening TCP/UDP (v4 and v6) and unix sockets, keyed by their owner's command;
-the snapshot's own family's left out."""
+"""``sockets``: listening TCP/UDP (v4 and v6) and unix sockets, keyed by their owner process's
+key (its executable and argv hash: tasks.exit.collectors.processes) and valued with the
+owner's facts (PoC markers, deleted executable); the snapshot's own tree's left out."""
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 from tasks.exit.collectors.base import Collector, Observation, ProcessTable
-from tasks.exit.collectors.processes import own_family, process_key, process_table
+from tasks.exit.collectors.processes import own_tree, process_facts, process_key, process_table
 
 _PROTO_FILES = {
     "tcp": "/proc/net/tcp",
@@ -52,13 +55,24 @@ def _addr(hex_addr: str) -> tuple[str, int]:
 def collect_sockets(col: Collector, obs: Observation) -> None:
     procs = process_table(obs)
     owners = _socket_owners(procs)
-    own = own_family(procs)
+    own = own_tree(procs)
+    facts: dict[int, str] = {}
 
     def owner(inode: str) -> tuple[str, bool]:
         pid = owners.get(inode)
         if pid is None:
             return "?", False
-        return process_key(procs[pid], procs), pid in own
+        return process_key(procs[pid], obs), pid in own
+
+    def value(inode: str) -> str:
+        pid = owners.get(inode)
+        if pid is None:
+            return "listening"
+        if pid not in facts:
+            described: dict[str, Any] = {"state": "listening"}
+            described.update(process_facts(pid, procs, obs))
+            facts[pid] = json.dumps(described, sort_keys=True)
+        return facts[pid]
 
     for proto, path in _PROTO_FILES.items():
         try:
@@ -81,7 +95,7 @@ def collect_sockets(col: Collector, obs: Observation) -> None:
             ip, port = _addr(f[1])
             who, ours = owner(inode)
             if not ours:
-                col.add("sockets", f"{proto} {ip}:{port} {who}"[:500], "listening")
+                col.add("sockets", f"{proto} {ip}:{port} {who}"[:500], value(inode))
     try:
         lines = Path("/proc/net/unix").read_text().splitlines()[1:]
     except OSError as exc:
@@ -93,4 +107,4 @@ def collect_sockets(col: Collector, obs: Observation) -> None:
             continue
         who, ours = owner(f[6])
         if not ours:
-            col.add("sockets", f"unix {f[7]} {who}"[:500], "listening")
+            col.add("sockets", f"unix {f[7]} {who}"[:500], value(f[6]))
