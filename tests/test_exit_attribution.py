@@ -283,6 +283,7 @@ def test_no_argv_or_environment_reaches_anything_the_run_writes(
     ctx = make_run_context(plan, path, stage="exit_diff")
     result = exit_diff(plan, ctx, "before_install", "after_uninstall")
     ctx.commit()
+    assert result["nodes"]["local-a"]["recheck"] is True  # the recheck of the same run
     # The process was seen (as its exe and an argv hash) and judged the node's own.
     seen = [x for x in result["node_own"] if x["kind"] in ("processes", "sockets")]
     assert any(x["key"].startswith("/usr/bin/python3") for x in seen), result["node_own"][:5]
