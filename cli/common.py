@@ -23,9 +23,10 @@ from rich.text import Text
 from tasks.data.errors import CkptPocError, PlanError
 
 # Errors are never wrapped (a log or a CI page has its own width); tables still fit.
-err = Console(stderr=True, soft_wrap=True)
+# emoji off: a line number like `plan.yaml:100:` must not print as an emoji.
+err = Console(stderr=True, soft_wrap=True, emoji=False)
 # Piped into a log, rich would wrap tables at 80 columns; a log has room for their width.
-out = Console() if Console().is_terminal else Console(width=160)
+out = Console(emoji=False) if Console().is_terminal else Console(width=160, emoji=False)
 
 PlanArg = Annotated[Path, typer.Argument(help="the PoC plan (YAML)")]
 

@@ -395,6 +395,40 @@ class Window(_Strict):
         return self.start + dt.timedelta(weeks=self.weeks)
 
 
+# What a decision rule may name: the plan's success criteria, and `exit` (every test node's
+# newest exit diff clean).
+DecisionCriterion = Literal[
+    "recovery_time_s",
+    "work_lost_gpu_h",
+    "utilization_gain",
+    "overhead_pct",
+    "cold_start_speedup",
+    "exit",
+]
+
+
+class DecisionRule(_Strict):
+    """The rule the PoC is decided by, agreed before it starts: adopt when every listed
+    criterion is met; reject when any (or, with `all-not-met`, every) listed criterion is not
+    met; otherwise extend the window by `extend_weeks` once it has ended (0: no extension, the
+    decision stays undecided). Before the window ends, an open criterion leaves it undecided."""
+
+    criteria: list[DecisionCriterion] = Field(
+        default_factory=lambda: list(DecisionCriterion.__args__), min_length=1
+    )
+    adopt: Literal["all-met"] = "all-met"
+    reject: Literal["any-not-met", "all-not-met"] = "any-not-met"
+    extend_weeks: int = Field(default=4, ge=0, le=MAX_WINDOW_WEEKS)
+
+    @field_validator("criteria")
+    @classmethod
+    def _once(cls, value: list[str]) -> list[str]:
+        twice = sorted({c for c in value if value.count(c) > 1})
+        if twice:
+            raise ValueError(f"names {', '.join(twice)} more than once")
+        return value
+
+
 class Plan(_Strict):
     poc: SafeName
     workload: Workload
@@ -408,6 +442,7 @@ class Plan(_Strict):
         ge=3, le=MAX_RUNS, description="runs per (measure, arm), 3..10000; one run proves nothing"
     )
     window: Window
+    decision: DecisionRule = Field(default_factory=DecisionRule)
     data_dir: str = "data"
     # What load_plan could not check and why (e.g. sinfo did not answer): said, not failed.
     _check_warnings: tuple[str, ...] = PrivateAttr(default=())

@@ -18,6 +18,7 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.store import read_dataset
 from tasks.poc.evidence import Evidence
+from tasks.poc.record.build import read_decision
 from tasks.poc.stages import REGISTRY, STAGE_NAMES, WINDOW_DEPLOYMENTS, stage
 
 
@@ -119,6 +120,7 @@ def poc_state(
         "gap_rows": window["gap_rows"],
         "failed_gates": failed_gates(data_dir, plan.poc),
         "exit_outcome": str(exit_runs[-1]["outcome"]) if exit_runs else None,
+        "decision": read_decision(data_dir, plan.poc),
         "scheduled": next_scheduled_runs()
         if scheduled
         else {"available": False, "why": "not asked"},
@@ -166,6 +168,13 @@ def state_lines(state: dict[str, Any]) -> list[str]:
     lines.append(
         f"  window: {state['weeks_sampled']} of {state['weeks_planned']} week(s) sampled, "
         f"{state['gap_s']:.0f} s of gaps in {state['gap_rows']} gap row(s)"
+    )
+    dec = state.get("decision")
+    lines.append(
+        f"  decision: {dec['decision']}: {dec['decision_reason']} (record of "
+        f"{dec.get('built_at', '?')}, data to {dec.get('week', '?')})"
+        if dec
+        else "  decision: none yet (no decision record built)"
     )
     for g in state["failed_gates"]:
         lines.append(f"  gate failed: {g['gate']} on {g['dataset']} (run {g['run_id']})")

@@ -47,6 +47,18 @@ def record_dir(data_dir: str | Path, poc: str) -> Path:
     return Path(data_dir) / poc / "record"
 
 
+def read_decision(data_dir: str | Path, poc: str) -> dict[str, Any] | None:
+    """The decision the latest record took (week, decision, decision_reason, built_at), or
+    None before any record was built."""
+    path = record_dir(data_dir, poc) / DECISION_FILE
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # a torn or foreign file: said, never guessed at
+        return {"decision": "unreadable", "decision_reason": f"{path}: {exc}"}
+
+
 def _shown_rows(
     rows: pd.DataFrame,
     frames: Mapping[str, pd.DataFrame],

@@ -58,11 +58,14 @@ class Decision(JsonForm):
 def _needs(note: str) -> tuple[int, int] | None:
     """(needs, has) from a note that opens `needs N, has M`."""
     head = note.split(":", 1)[0]
-    try:
-        needs, has = (int(part.split()[-1]) for part in head.split(","))
-    except ValueError:
+    parts = head.split(",")
+    if not head.startswith("needs ") or len(parts) != 2:
         return None
-    return (needs, has) if head.startswith("needs ") else None
+    try:
+        needs, has = (int(part.split()[-1]) for part in parts)
+    except (ValueError, IndexError):
+        return None
+    return needs, has
 
 
 def _settle(criterion: str, row: Mapping[str, Any] | None) -> OpenCriterion:

@@ -4,7 +4,6 @@ its blocks from the facts build_document gathered; none reads a number typed by 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from tasks.data.render import NO_VALUE, ci, css_class, number, records
 from tasks.data.store import read_dataset
 from tasks.poc.record.decision import Decision
 from tasks.poc.record.document import Doc
+from tasks.poc.record.figures import add_extrapolation_inputs, add_figures
 from tasks.poc.record.method import method_lines
 from tasks.poc.record.sources import FIGURE_SOURCES, files_of
 from tasks.window.weekly.mistakes import GateResult
@@ -202,18 +202,11 @@ def _method(d: Doc, f: Facts) -> None:
 def _measured_and_extrapolated(d: Doc, f: Facts) -> None:
     measured = [r for r in f.recs if r["basis"] == "measured"]
     d.p("Measured: " + ", ".join(f"{f.title(r)} ({r['arm']})" for r in measured) + ".")
-    shown: set[str | None] = set()
     for r in f.recs:
-        if r["basis"] != "extrapolated":
-            continue
-        d.h(3, f"{f.title(r)}: {number(r['value'], r['unit'])} (extrapolated)")
-        d.p(r["method"])
-        if r.get("inputs") in shown:  # the extrapolations share one set of inputs
-            d.p("Inputs: as above.")
-            continue
-        shown.add(r.get("inputs"))
-        pretty = json.loads(r["inputs"]) if r.get("inputs") else {}
-        d.pre(json.dumps(pretty, indent=1, sort_keys=True, default=str, ensure_ascii=False))
+        if r["basis"] == "extrapolated":
+            d.h(3, f"{f.title(r)}: {number(r['value'], r['unit'])} (extrapolated)")
+            d.p(r["method"])
+    add_extrapolation_inputs(d, f)
 
 
 def _six_mistakes(d: Doc, f: Facts) -> None:
@@ -380,6 +373,7 @@ WRITERS: tuple[tuple[str, Callable[[Doc, Facts], None]], ...] = (
     ("Decision", _decision),
     ("Verdicts", _verdicts),
     ("Measures against the plan", _measures),
+    ("Figures", add_figures),
     ("Method", _method),
     ("Measured and extrapolated", _measured_and_extrapolated),
     ("The six mistakes", _six_mistakes),

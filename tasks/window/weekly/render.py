@@ -27,7 +27,7 @@ from tasks.data.render import (
     write_atomically,
 )
 from tasks.experiments.report import verdict_line
-from tasks.window.weekly.model import TITLES, compare
+from tasks.window.weekly.model import TITLES, compare, verdict_text
 from tasks.window.weekly.plots import Chart, plots
 from tasks.window.weekly.rows import Series
 
@@ -177,15 +177,11 @@ def weekly_verdicts(rows: Rows) -> list[str]:
         if not r.get("criterion"):
             continue
         unit = r["unit"]
+        verdict = verdict_text(str(r["verdict"]), r.get("note"))
+        # A blocked or undecided verdict carries its note; any other shows it as detail.
+        note = "" if verdict != r["verdict"] else r.get("note") or ""
         detail = ", ".join(
-            p
-            for p in (
-                r["arm"],
-                f"n={r['n']}",
-                f"95% CI {ci(r)}" if ci(r) else "",
-                r.get("note") or "",
-            )
-            if p
+            p for p in (r["arm"], f"n={r['n']}", f"95% CI {ci(r)}" if ci(r) else "", note) if p
         )
         lines.append(
             verdict_line(
@@ -193,7 +189,7 @@ def weekly_verdicts(rows: Rows) -> list[str]:
                 r.get("statistic") or "",
                 number(r["value"], unit),
                 number(r["threshold"], unit),
-                r["verdict"],
+                verdict,
                 at_most=bool(r.get("at_most", True)),
                 detail=detail,
                 # A verdict that is not the plain comparison (by CI, min_weeks) reads "vs".
@@ -214,7 +210,7 @@ def weekly_table_rows(rows: Rows) -> list[dict[str, Any]]:
             "value": number(r["value"], r["unit"]),
             "95% CI": ci(r),
             "threshold": number(r["threshold"], r["unit"]),
-            "verdict": r["verdict"],
+            "verdict": verdict_text(str(r["verdict"]), r.get("note")),
             "segment": int(r["segment"]),
             "note": r.get("note") or "",
         }
@@ -315,7 +311,7 @@ def weekly_html(
         html_table(
             list(table[0]) if table else ["measure"],
             [list(t.values()) for t in table],
-            [css_class(t["verdict"]) for t in table],
+            [css_class(t["verdict"].split(":", 1)[0]) for t in table],
         ),
         f"<p>Workloads this week: {e(', '.join(series.workloads) or 'none')}. Trial-based rows "
         "pool the segment's trials to date; extrapolated rows list their inputs below.</p>",
