@@ -271,11 +271,26 @@ def _baseline(d: Doc, f: Facts) -> None:
     )
 
 
+LEFTOVER_COLUMNS = ("node", "class", "kind", "key", "change", "before", "after", "reason")
+
+
 def _way_out(d: Doc, f: Facts) -> None:
     latest = f.latest_exit
     d.p(f"Exit verdict: {f.exit_state}.")
     d.table(
-        ["node", "from", "to", "verdict", "leftovers", "items compared", "diffed at", "run"],
+        [
+            "node",
+            "from",
+            "to",
+            "verdict",
+            "leftovers",
+            "the PoC's",
+            "unexplained",
+            "node's own",
+            "items compared",
+            "diffed at",
+            "run",
+        ],
         [
             [
                 v.node,
@@ -283,6 +298,10 @@ def _way_out(d: Doc, f: Facts) -> None:
                 v.to_phase,
                 v.verdict,
                 v.leftovers,
+                *(
+                    NO_VALUE if pd.isna(n) else int(n)
+                    for n in (v.poc_items, v.unexplained, v.node_own)
+                ),
                 v.items_compared,
                 pd.Timestamp(v.diffed_at).isoformat(),
                 v.run_id,
@@ -294,10 +313,26 @@ def _way_out(d: Doc, f: Facts) -> None:
         return
     diff = read_dataset(EXIT_DIFF, data_dir=f.data_dir, poc=f.plan.poc)
     diff = diff[diff["run_id"].isin(set(latest["run_id"]))]
+    # Rows diffed before the classes existed (class null) count as leftovers, as they did.
+    own = diff["class"].astype("string").fillna("") == "node_own"
     d.h(3, "Leftovers")
+    d.p("The PoC's and unexplained differences: each counts against the way out.")
     d.table(
-        ["node", "kind", "key", "change", "before", "after"],
-        [[x.node, x.kind, x.key, x.change, x.before, x.after] for x in diff.itertuples()],
+        [*LEFTOVER_COLUMNS[:-1], "why"],
+        [
+            [x[c] if x[c] is not None else NO_VALUE for c in LEFTOVER_COLUMNS]
+            for x in records(diff[~own])
+        ],
+    )
+    d.h(3, "The node's own")
+    d.p(
+        "Differences the node's own life explains (the same change on the control node, gone "
+        "again at the recheck, or a process whose ancestry never touches the PoC): listed, "
+        "never counted as leftovers."
+    )
+    d.table(
+        ["node", "kind", "key", "change", "why"],
+        [[x["node"], x["kind"], x["key"], x["change"], x["reason"]] for x in records(diff[own])],
     )
 
 
