@@ -61,13 +61,23 @@ def run_uninstall(plan: Path) -> dict[str, Any]:
 
 
 def print_verdict(result: dict[str, Any]) -> None:
-    """Each leftover by name, then the verdict line."""
+    """Each leftover by name and class, the node's own changes apart, then the verdict."""
     for x in result["leftovers"]:
         out.print(
-            f"  {x['node']} {x['kind']} {x['key']}: {x['change']}",
+            f"  {x['node']} {x['kind']} {x['key']}: {x['change']} "
+            f"({x.get('class', 'leftover')}: {x.get('reason', '')})",
             highlight=False,
             markup=False,
         )
+    own = result.get("node_own", [])
+    if own:
+        out.print(f"the node's own ({len(own)}, listed apart, not leftovers):", markup=False)
+        for x in own:
+            out.print(
+                f"  {x['node']} {x['kind']} {x['key']}: {x['change']} ({x['reason']})",
+                highlight=False,
+                markup=False,
+            )
     out.print(f"exit verdict: {result['verdict']}", highlight=False, markup=False)
 
 

@@ -93,7 +93,13 @@ def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
     """Run exit.uninstall on every node, snapshot `after_uninstall`, diff against
     `before_install`; the verdict is the result."""
     from tasks.exit import install as inst
-    from tasks.exit.exit_diff import exit_diff, verdict_line
+    from tasks.exit.exit_diff import (
+        exit_diff,
+        json_form,
+        leftovers_markdown,
+        summary_line,
+        verdict_line,
+    )
 
     logger = get_run_logger()
     plan = ensure_plan_is_valid(plan_path)
@@ -118,23 +124,21 @@ def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
             diff = exit_diff(plan, diff_ctx, "before_install", "after_uninstall")
             verdict = verdict_line(diff)
             diff_ctx.ends_as(f"exit verdict: {verdict}")
-    n = len(diff["leftovers"])
-    logger.info("exit verdict: %s", verdict)
-    rows = "\n".join(
-        f"| {x['node']} | {x['kind']} | `{x['key']}` | {x['change']} |" for x in diff["leftovers"]
-    )
+    logger.info("exit verdict: %s", summary_line(diff))
     create_markdown_artifact(
         key="uninstall-report",
         markdown=(
             f"# The way out ({plan.poc}): {verdict}\n\n{_lines(steps)}\n\n"
-            + (f"| node | kind | key | change |\n|---|---|---|---|\n{rows}\n" if n else "")
+            + leftovers_markdown(diff)
         ),
         description="Uninstall steps and the before_install → after_uninstall diff",
     )
+    shown = json_form(diff)
     return {
         "poc": plan.poc,
         "run_id": ctx.run_id,
         "steps": steps,
         "verdict": verdict,
-        "leftovers": diff["leftovers"],
+        "leftovers": shown["leftovers"],
+        "node_own": shown["node_own"],
     }
