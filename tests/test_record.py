@@ -491,3 +491,41 @@ def test_record_without_data_has_a_line_per_figure(tmp_path: Path) -> None:
     assert all("nothing to draw" in b.text for b in figures[1::2])
     # The extrapolated rows still list what they had (the plan's interval), as a table.
     assert [b.kind for b in doc.blocks[len(figures) :]] == ["h3", "table"]
+
+
+def test_record_opens_with_the_decision_and_status_shows_it(record: dict[str, Any]) -> None:
+    from tasks.poc.progress import state_lines
+    from tasks.poc.record.build import read_decision
+
+    # build_poc's exit diff has a leftover: the way out is not met, and the plan's rule rejects.
+    assert record["decision"] == "reject" and "exit" in record["decision_reason"]
+    html = Path(record["html"]).read_text()
+    assert html.index("Decision: REJECT") < html.index("<h2>Verdicts</h2>")
+    saved = read_decision(record["data_dir"], POC)
+    assert saved is not None
+    assert (saved["decision"], saved["decision_reason"]) == (
+        record["decision"],
+        record["decision_reason"],
+    )
+    state = {"decision": saved}
+    line = next(x for x in _decision_lines(state_lines, state) if "decision:" in x)
+    assert f"decision: reject: {record['decision_reason']}" in line
+    # The way out lists the node's own changes apart from the leftovers.
+    assert "<h3>Leftovers</h3>" in html and "<h3>The node&#x27;s own</h3>" in html
+
+
+def _decision_lines(state_lines: Any, state: dict[str, Any]) -> list[str]:
+    """state_lines over a state whose stages are all due (only the decision line matters)."""
+    from tasks.poc.stages import STAGE_NAMES
+
+    full = {
+        "weeks_sampled": 0,
+        "weeks_planned": 1,
+        "gap_s": 0.0,
+        "gap_rows": 0,
+        "failed_gates": [],
+        "scheduled": {"available": False},
+        **state,
+        "stages": {n: {"status": "due", "why": None} for n in STAGE_NAMES},
+    }
+    return state_lines(full)
