@@ -186,7 +186,7 @@ def committed_record(plan: Plan) -> dict[str, Any]:
     from tasks.poc.record.build import build_document, record_dir
 
     summary = build_document(plan, plan.data_dir)[1]
-    folder = record_dir(plan.data_dir, plan.poc)
+    folder = record_dir(plan.data_dir, plan.poc).resolve()
     return {
         **summary,
         "html": str(folder / "decision-record.html"),
@@ -276,7 +276,8 @@ def demo_summary_lines(summary: DemoSummary) -> list[tuple[str, str]]:
     else:
         source = f" ({summary.exit['source']})" if summary.exit.get("source") else ""
         left = summary.exit.get("leftovers") or []
-        said = verdict if verdict == "clean" or not left else f"{verdict}: {len(left)}"
+        # The flow says "leftovers: N" itself; the committed verdict rows say "leftovers".
+        said = f"{verdict}: {len(left)}" if verdict == "leftovers" and left else verdict
         lines.append(("good" if verdict == "clean" else "bad", f"exit verdict: {said}{source}"))
     record = summary.record
     if record:
