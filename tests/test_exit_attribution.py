@@ -296,3 +296,28 @@ def test_no_argv_or_environment_reaches_anything_the_run_writes(
         assert secret not in printed
         assert secret not in logs
         assert secret not in json.dumps(result, default=str)
+
+
+def test_a_poc_process_that_ended_is_no_leftover(write_plan, tmp_path: Path) -> None:
+    """A workload copy running at before_install and gone at after_uninstall left nothing."""
+    plan, _ = plan_for(write_plan, recheck_after_s=0)
+    data_dir = Path(plan.data_dir)
+    root = fake_node(tmp_path / "node")
+    with started(["/usr/bin/sleep", "305"], env={"CKPT_POC_JOB": "copy-1"}) as copy:
+        before = snap(root, "local-a", "before_install", data_dir)
+        exe = os.readlink(f"/proc/{copy}/exe")
+    deadline = time.monotonic() + 10  # killed on leaving the block: wait until it is gone
+    while os.path.exists(f"/proc/{copy}/exe") and time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            os.readlink(f"/proc/{copy}/exe")
+            time.sleep(0.05)
+            continue
+        break
+    after = snap(root, "local-a", "after_uninstall", data_dir)
+    found = by_key(
+        diff_and_attribute(plan, {"local-a": NodePair(before, after)}, data_dir), "local-a"
+    )
+    ended = [x for (k, key), x in found.items() if k == "processes" and key.startswith(exe + " ")]
+    ended = [x for x in ended if x["change"] == "removed" and "CKPT_POC_JOB" in x["reason"]]
+    assert ended, "the ended PoC process is not in the diff"
+    assert all(x["class"] == "node_own" and x["reason"].startswith("ended:") for x in ended)

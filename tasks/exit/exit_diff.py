@@ -211,6 +211,9 @@ def classify(item: dict[str, Any], at: Attribution) -> tuple[str, str]:
     """(class, reason) of one difference: the PoC's first, then the node's own, else
     unexplained."""
     why = _poc_reason(item, at)
+    if why is not None and item["kind"] in PROCESS_KINDS and item["change"] == "removed":
+        # The PoC's own process, running before the install, has ended: nothing is left.
+        return "node_own", f"ended: a PoC process running before the install ({why})"
     if why is not None:
         return "poc", why
     if at.control_node is not None and item["node"] == at.control_node:
