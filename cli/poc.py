@@ -4,7 +4,6 @@ stands, and the embedded default end to end."""
 from __future__ import annotations
 
 import datetime as dt
-import json
 import os
 import re
 import secrets
@@ -194,17 +193,6 @@ def committed_record(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _decision_file(plan: Plan) -> dict[str, Any]:
-    """The decision the record wrote beside itself ({} when it wrote none)."""
-    from tasks.poc.record.build import record_dir
-
-    try:
-        data = json.loads((record_dir(plan.data_dir, plan.poc) / "decision.json").read_text())
-    except (OSError, ValueError):
-        return {}
-    return {k: data[k] for k in ("decision", "decision_reason") if k in data}
-
-
 def demo_summary(
     result: dict[str, Any],
     plan: Plan,
@@ -222,8 +210,8 @@ def demo_summary(
     elif stages.get("exit_diff", {}).get("status") == "done":
         exit_result = {**read_exit(plan), "source": "committed before this run"}
     record = dict(result.get("record") or {})
-    if record:  # built now: its decision is beside it (the record's decision.json)
-        record = {**_decision_file(plan), **record, "source": "this run"}
+    if record:  # built now: the flow passes its decision on
+        record = {**record, "source": "this run"}
     elif stages.get("record", {}).get("status") == "done":
         record = {**read_record(plan), "source": "committed before this run"}
     return DemoSummary(

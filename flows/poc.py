@@ -115,9 +115,10 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
             outcome = run_stage(name, plan_path)
             ran.append(name)
             if name in ("uninstall", "exit_diff") and isinstance(outcome, dict):
-                result["exit"] = {k: outcome.get(k) for k in ("verdict", "leftovers")}
+                result["exit"] = {k: outcome.get(k) for k in ("verdict", "leftovers", "node_own")}
             if name == "record" and isinstance(outcome, dict):
-                result["record"] = {k: outcome.get(k) for k in ("html", "pdf", "verdicts")}
+                keys = ("html", "pdf", "verdicts", "decision", "decision_reason")
+                result["record"] = {k: outcome.get(k) for k in keys}
     finally:
         if sampler is not None:
             _stop_short_window(sampler)
