@@ -19,6 +19,7 @@ from tasks.data.plan import load_plan
 from tasks.data.store import read_dataset
 from tasks.engine.clock import Event
 from tasks.experiments.checkpoints import WORKLOAD_EXITED
+from tasks.experiments.clocks import clock_of
 from tasks.experiments.cold_start import cold_start_gate_checks
 from tasks.experiments.overhead import overhead_gate_checks, pair_order
 from tests.conftest import demo_plan_dict
@@ -116,7 +117,10 @@ def _rows(measure: str, **columns) -> pd.DataFrame:
         **{c: "x" for c in TRIALS.column_names if c.startswith("fp_")},
     }
     n = len(next(iter(columns.values())))
-    return pd.DataFrame([{**base, **{k: v[i] for k, v in columns.items()}} for i in range(n)])
+    rows = [{**base, **{k: v[i] for k, v in columns.items()}} for i in range(n)]
+    for r in rows:  # each arm on its declared clock, as the stages write it
+        r.setdefault("clock", clock_of(measure, r["arm"]))
+    return pd.DataFrame(rows)
 
 
 def test_a_checkpoint_inside_a_steady_span_is_refused(write_plan) -> None:

@@ -187,3 +187,18 @@ def test_an_unreadable_dates_file_is_a_plan_error_naming_it(write_plan) -> None:
     target.write_text('{"anchor": "soon"}')
     with pytest.raises(PlanError, match=f"{target}: anchor: not a date record"):
         load_plan(path, check_cluster=False, now=DAY1)
+
+
+def test_a_plan_pointed_at_a_new_data_dir_fixes_its_dates_there(write_plan, tmp_path: Path) -> None:
+    """Loaded against a folder whose dates were fixed, then copied to another data_dir (as the
+    tests and `demo --fresh` do): its first run there fixes the same anchor, never fails."""
+    path = write_plan(RELATIVE)
+    plan = load_plan(path, check_cluster=False, now=DAY1)
+    fix_plan_dates(plan.dates, plan.data_dir, plan.poc, now=DAY1)
+    loaded = load_plan(path, check_cluster=False, now=DAY2)
+    assert loaded.dates.fixed_at is not None
+    moved = loaded.model_copy(update={"data_dir": str(tmp_path / "elsewhere")})
+    fixed = fix_plan_dates(moved.dates, moved.data_dir, moved.poc, now=DAY2)
+    assert fixed.anchor == plan.dates.anchor
+    stored = json.loads(dates_file(moved.data_dir, moved.poc).read_text())
+    assert stored["anchor"] == "2026-12-01" and stored["fixed_at"] == DAY2.isoformat()

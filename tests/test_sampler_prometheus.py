@@ -427,6 +427,8 @@ def test_sample_window_reads_history_from_where_the_last_run_ended(
             "window.sampler": "prometheus",
             "window.span_s": 86400,
             "window.prometheus": {"url": prom.url, "step_s": 60, "metrics": metrics},
+            # The history starts yesterday (T0): a window opened before it reads it back.
+            "window.start": (T0 - dt.timedelta(days=1)).date().isoformat(),
         }
     )
     plan = load_plan(path)

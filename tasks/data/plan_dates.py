@@ -245,12 +245,16 @@ def fix_plan_dates(
     since is stored with its new date, under the same anchor. Returns the dates as fixed."""
     path = dates_file(data_dir, poc)
     stamp = (now or dt.datetime.now(dt.UTC)).isoformat()
-    if dates.fixed_at is None:
+    stored = read_stored(data_dir, poc)
+    if stored is None:
+        # The PoC's first run here: fix the anchor this plan was resolved against (also when
+        # it came from another folder's dates: a plan copied to a new data_dir keeps its day).
         fixed = PlanDates(dates.anchor, dates.forms, dates.dates, fixed_at=stamp)
         if _create_exclusively(path, fixed.to_json()):
             return fixed
-    stored = read_stored(data_dir, poc)
-    assert stored is not None  # it existed, or another run just created it
+        stored = read_stored(data_dir, poc)  # another run fixed it first
+    if stored is None:
+        raise PlanDatesError(f"{path}: could not be created nor read")
     if stored.anchor != dates.anchor:
         raise PlanDatesError(
             f"{path}: anchor: the PoC's dates were fixed against {stored.anchor} (at "
