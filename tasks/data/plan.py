@@ -21,7 +21,6 @@ from typing import Annotated, Any, Literal, get_args
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -45,6 +44,26 @@ from tasks.data.plan_watch import (  # noqa: F401
     Watch,
     control_node_problems,
 )
+# The workload models (tasks/data/plan_workload.py): re-exported from here.
+from tasks.data.plan_workload import (  # noqa: F401
+    CRIU_DUMP_OPTIONS,
+    CRIU_RESTORE_OPTIONS,
+    MAX_GPUS,
+    MAX_STEPS,
+    MAX_WORKLOADS,
+    SAFE_NAME,
+    AppCheckpoint,
+    Compatibility,
+    CriuOptions,
+    Fidelity,
+    FidelityFile,
+    Numbers,
+    ProgressProbe,
+    ReadyProbe,
+    SafeName,
+    Workload,
+    workloads_problems,
+)
 from tasks.data.plan_yaml import (
     DuplicateKeysError,
     duplicate_key_problems,
@@ -58,10 +77,6 @@ log = logging.getLogger(__name__)
 
 # Relative paths in exit.uninstall (the demo's scripts/uninstall-criu) resolve against the repo.
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-# A name that is safe as one argv element and as a hostname: no shell metacharacters, no
-# spaces, no leading dash (which a command would read as an option).
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 FAULTS_BY_CLUSTER: dict[str, tuple[str, ...]] = {
     "local": ("sigkill", "sigkill-group"),
@@ -80,9 +95,7 @@ MAX_SECONDS = 7 * 24 * 3600  # checkpoint interval, node down time: a week
 MAX_WINDOW_WEEKS = 104  # two years of sampling
 MAX_RUNS = 10_000  # repeats, same-node baseline runs
 MAX_DAYS = 3650  # ten years of accounting history
-MAX_STEPS = 10**9  # the application's own checkpoint period, in steps
 MAX_KEPT_CHECKPOINTS = 1000
-MAX_GPUS = 64  # GPUs per job
 # A success threshold is seconds, GPU-hours, percent, a fraction or a factor: a million of
 # any of them is no agreed number.
 MAX_THRESHOLD = 1e6
@@ -92,91 +105,6 @@ class _Strict(BaseModel):
     # allow_inf_nan=False: every float in a plan must be finite (`.inf`/`.nan` are refused
     # with the field's name); each numeric field also has an explicit upper bound above.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-
-def _check_safe_name(value: str) -> str:
-    if not SAFE_NAME.match(value):
-        raise ValueError(
-            f"{value!r} is not a safe name: use letters, digits, '.', '_' or '-', "
-            "starting with a letter or digit (no spaces or shell metacharacters)"
-        )
-    return value
-
-
-SafeName = Annotated[str, AfterValidator(_check_safe_name)]
-
-
-class ProgressProbe(_Strict):
-    """Yields a step counter: a regex with one group over the workload's log, or a file."""
-
-    log_regex: str | None = None
-    file: str | None = None
-
-    @model_validator(mode="after")
-    def _one_source(self) -> ProgressProbe:
-        if (self.log_regex is None) == (self.file is None):
-            raise ValueError("give exactly one of log_regex or file")
-        if self.log_regex is not None:
-            try:
-                compiled = re.compile(self.log_regex)
-            except re.error as exc:
-                raise ValueError(f"log_regex does not compile: {exc}") from exc
-            if compiled.groups < 1:
-                raise ValueError("log_regex needs one capture group holding the step number")
-        return self
-
-
-class ReadyProbe(_Strict):
-    url: str
-
-    @field_validator("url")
-    @classmethod
-    def _http(cls, value: str) -> str:
-        if not re.match(r"^https?://[^\s]+$", value):
-            raise ValueError("ready probe url must be an http(s) URL")
-        return value
-
-
-class AppCheckpoint(_Strict):
-    """The application's own checkpoint: the unmanaged arm's recoverable point.
-
-    ``path`` may use ``{copy_dir}``, as the command may: each workload copy gets its own
-    folder, so the two arms never share a checkpoint file.
-    """
-
-    every_steps: int = Field(gt=0, le=MAX_STEPS, description="steps between checkpoints, ≤ 10⁹")
-    path: str | None = None
-    resume_args: list[str] = Field(
-        default_factory=list, description="argv appended to restart from this checkpoint"
-    )
-
-
-class Workload(_Strict):
-    name: SafeName
-    command: list[str] | None = Field(default=None, min_length=1)
-    script: str | None = None
-    gpus: int = Field(ge=0, le=MAX_GPUS, description="GPUs per job, 0..64")
-    progress_probe: ProgressProbe | None = None
-    ready_probe: ReadyProbe | None = None
-    app_checkpoint: AppCheckpoint | None = None
-    production_owner: str | None = Field(
-        default=None, description="who runs this workload in production (gate 3)"
-    )
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _argv(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            raise ValueError("command must be an argv list (YAML list of strings), not a string")
-        return value
-
-    @model_validator(mode="after")
-    def _what_runs(self) -> Workload:
-        if (self.command is None) == (self.script is None):
-            raise ValueError("give exactly one of command (argv list) or script (path)")
-        if self.progress_probe is None and self.ready_probe is None:
-            raise ValueError("give a progress_probe (training) or a ready_probe (serving)")
-        return self
 
 
 class SacctFileSource(_Strict):
@@ -431,7 +359,11 @@ class DecisionRule(_Strict):
 
 class Plan(_Strict):
     poc: SafeName
-    workload: Workload
+    # `workloads:` lists every workload; `workload:` alone is its one-item form. Either way
+    # `workload` is the first, the one the comparisons run (load fills in both fields).
+    workload: Workload = Field(default=None, validate_default=False)  # type: ignore[assignment]
+    workloads: list[Workload] = Field(default_factory=list, max_length=MAX_WORKLOADS)
+    compatibility: Compatibility = Field(default_factory=Compatibility)
     baseline: Baseline
     success: Success
     exit: Exit
@@ -459,6 +391,23 @@ class Plan(_Strict):
         """window.start and exit.test_by as written, their anchor day and resolved dates (a
         plan validated without load_plan: its dates as they are, anchored today)."""
         return self._dates or dates_of(self.window.start, self.exit.test_by)[0]
+
+    @model_validator(mode="after")
+    def _one_form_of_workloads(self) -> Plan:
+        given = {"workload", "workloads"} & self.model_fields_set
+        if len(given) != 1 or (given == {"workloads"} and not self.workloads):
+            raise ValueError(
+                "give workload (one) or workloads (a list of at least one), not both or neither"
+            )
+        # Frozen model: both forms are filled in once, here, so every reader sees both.
+        if given == {"workload"}:
+            object.__setattr__(self, "workloads", [self.workload])
+        else:
+            object.__setattr__(self, "workload", self.workloads[0])
+        problems = workloads_problems(self.workloads)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _coherent(self) -> Plan:
