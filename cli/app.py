@@ -14,7 +14,18 @@ from collections.abc import Callable
 
 import typer
 
-from cli import baseline, experiments, install, plan, poc, record, samples, status, window
+from cli import (
+    baseline,
+    compatibility,
+    experiments,
+    install,
+    plan,
+    poc,
+    record,
+    samples,
+    status,
+    window,
+)
 from cli import exit as exit_cmds
 
 Command = Callable[..., None]
@@ -22,6 +33,7 @@ Command = Callable[..., None]
 COMMANDS: tuple[tuple[str, Command], ...] = (
     ("baseline", baseline.baseline_cmd),
     ("side-by-side", experiments.side_by_side_cmd),
+    ("sweep", compatibility.sweep_cmd),
     ("recovery", experiments.recovery_cmd),
     ("overhead", experiments.overhead_cmd),
     ("cold-start", experiments.cold_start_cmd),

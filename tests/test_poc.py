@@ -258,8 +258,10 @@ def test_poc_runs_stages_in_order_and_a_rerun_skips_what_is_done(write_plan, tmp
     )
     assert committed_runs(plan.data_dir, plan.poc) == runs  # nothing ran again
 
-    # The comparisons done (planted here: they take minutes): next is the window, which is
-    # never run inline. This command's own Prefect server has no window deployments: said.
+    # The range and the comparisons done (planted here: they take minutes): next is the
+    # window, which is never run inline. This command's own Prefect server has no window
+    # deployments: said.
+    _commit(plan, "compatibility")
     for measure in ("recovery", "overhead", "cold_start"):
         _commit(plan, measure, _trials(measure, managed="ok", unmanaged="ok"))
     fourth = _poc(path, "--until", "record", "--json", env=env)

@@ -503,6 +503,56 @@ EXIT_VERDICTS = DatasetSpec(
     ),
 )
 
+# The compatibility stage (tasks/experiments/compatibility.py): what a cycle and a workload
+# may be, declared here for the schema and imported there.
+CYCLE_MOMENTS = ("app-checkpoint", "io", "steady")
+FIDELITY_VERDICTS = ("same", "differs", "not checked")
+
+COMPATIBILITY = DatasetSpec(
+    name="compatibility",
+    doc=(
+        "The range of applications: one row per checkpoint → kill → restore cycle of a "
+        "workload, and one per workload (restores k/n with a Wilson 95 % CI, fidelity "
+        "against an uninterrupted reference run, or why it could not be tried)."
+    ),
+    key=("run_id", "workload", "row", "cycle"),
+    week_from="started_at",
+    columns=(
+        *_RUN,
+        Column("workload", S, False),
+        Column("row", S, False, allowed=("cycle", "workload")),
+        Column("cycle", I64, False, min=0, doc="1..n; 0 on the workload's row"),
+        Column("started_at", TS, False),
+        # a cycle
+        Column("moment", S, allowed=CYCLE_MOMENTS, doc="when the dump was aimed"),
+        Column("caught", pa.bool_(), doc="the moment seen at the dump (null: not checkable)"),
+        Column("target_step", I64, min=0),
+        Column("step", I64, min=0, doc="the last step the frozen log held"),
+        Column("dump", S, allowed=("ok", "failed")),
+        Column("freeze_s", F64, min=0, doc="how long CRIU kept the workload frozen"),
+        Column("dump_s", F64, min=0),
+        Column("image_bytes", I64, min=0),
+        Column("restore", S, allowed=("ok", "failed", "not tried")),
+        Column("restore_s", F64, min=0),
+        Column("resumed_step", I64, min=0, doc="the first step logged after the restore"),
+        Column("query", S, allowed=("same", "differs"), doc="a service's query, after/before"),
+        Column("cause", S, doc="CRIU's own error line, or what else failed"),
+        Column("wants_option", S, doc="the CRIU option its error names"),
+        Column("criu_log", S, doc="CRIU's log of the failed dump or restore"),
+        # a workload
+        Column("cycles", I64, min=0, doc="cycles tried"),
+        Column("restored", I64, min=0, doc="cycles restored and resumed"),
+        Column("success_rate", F64, min=0, max=1),
+        Column("ci_low", F64, min=0, max=1, doc="Wilson 95 % interval of success_rate"),
+        Column("ci_high", F64, min=0, max=1),
+        Column("fidelity", S, allowed=FIDELITY_VERDICTS),
+        Column("fidelity_detail", S, doc="each file's or the query's verdict"),
+        Column("error", S, doc="why the workload could not be tried (names the field)"),
+        Column("criu_version", S, doc="the checkpointer that did the cycles"),
+        *_FP,
+    ),
+)
+
 DATASETS: dict[str, DatasetSpec] = {
     d.name: d
     for d in (
@@ -519,5 +569,6 @@ DATASETS: dict[str, DatasetSpec] = {
         SNAPSHOTS,
         EXIT_DIFF,
         EXIT_VERDICTS,
+        COMPATIBILITY,
     )
 }

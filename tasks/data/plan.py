@@ -44,6 +44,7 @@ from tasks.data.plan_watch import (  # noqa: F401
     Watch,
     control_node_problems,
 )
+
 # The workload models (tasks/data/plan_workload.py): re-exported from here.
 from tasks.data.plan_workload import (  # noqa: F401
     CRIU_DUMP_OPTIONS,
@@ -62,6 +63,7 @@ from tasks.data.plan_workload import (  # noqa: F401
     ReadyProbe,
     SafeName,
     Workload,
+    without_alias_repeats,
     workloads_problems,
 )
 from tasks.data.plan_yaml import (
@@ -360,7 +362,9 @@ class DecisionRule(_Strict):
 class Plan(_Strict):
     poc: SafeName
     # `workloads:` lists every workload; `workload:` alone is its one-item form. Either way
-    # `workload` is the first, the one the comparisons run (load fills in both fields).
+    # `workload` is the first, the one the comparisons run (load fills in both fields). Both
+    # may stand together when `workload` is the list's first item (a YAML anchor:
+    # `workload: &w {...}` and `workloads: [*w, ...]`), so a plan keeps its `workload:` key.
     workload: Workload = Field(default=None, validate_default=False)  # type: ignore[assignment]
     workloads: list[Workload] = Field(default_factory=list, max_length=MAX_WORKLOADS)
     compatibility: Compatibility = Field(default_factory=Compatibility)
@@ -395,9 +399,15 @@ class Plan(_Strict):
     @model_validator(mode="after")
     def _one_form_of_workloads(self) -> Plan:
         given = {"workload", "workloads"} & self.model_fields_set
-        if len(given) != 1 or (given == {"workloads"} and not self.workloads):
+        if not given or ("workloads" in given and not self.workloads):
             raise ValueError(
-                "give workload (one) or workloads (a list of at least one), not both or neither"
+                "workloads: none given: give workload (one) or workloads (a list of at least one)"
+            )
+        if len(given) == 2 and self.workloads[0] != self.workload:
+            raise ValueError(
+                "workloads: with workload beside it, its first item must be that workload "
+                "(the one the comparisons run): write `workload: &w ...` and "
+                "`workloads: [*w, ...]`, or give workloads alone"
             )
         # Frozen model: both forms are filled in once, here, so every reader sees both.
         if given == {"workload"}:
@@ -521,7 +531,8 @@ def load_plan(
     try:
         plan = Plan.model_validate(data, context={ANCHOR: anchor})
     except ValidationError as exc:
-        raise PlanError(path, validation_problems(path, root, exc)) from exc
+        problems = validation_problems(path, root, exc)
+        raise PlanError(path, without_alias_repeats(problems)) from exc
     plan._dates, date_warnings = dates_of(
         plan.window.start, plan.exit.test_by, anchor, data, stored
     )

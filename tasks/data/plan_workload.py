@@ -33,8 +33,10 @@ reference run. An example item::
 
 Placeholders: ``{copy_dir}`` (each copy's own folder: command, env, prepare, paths, query),
 ``{port}`` (a free TCP port the harness picks per copy: command, env, ready probe, query;
-not in the first workload, whose engines do not pick one) and ``{log}`` (only as a fidelity
-file: the copy's stdout/stderr log).
+not in the first workload, whose engines do not pick one), ``{workdir}`` (the folder
+workloads run from, where relative paths resolve: e.g. to copy an input from the repo in a
+``prepare`` command, which runs in ``{copy_dir}``; compatibility stage only) and ``{log}``
+(only as a fidelity file: the copy's stdout/stderr log).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 COPY_DIR = "{copy_dir}"
 PORT = "{port}"
 LOG = "{log}"
-PLACEHOLDERS = (COPY_DIR, PORT, LOG)
+WORKDIR = "{workdir}"
+PLACEHOLDERS = (COPY_DIR, PORT, LOG, WORKDIR)
 
 MAX_STEPS = 10**9  # the application's own checkpoint period, in steps
 MAX_GPUS = 64  # GPUs per job
@@ -398,4 +401,30 @@ def workloads_problems(workloads: list[Workload]) -> list[str]:
             f"workloads.0: {PORT} is filled in by the compatibility stage only; the first "
             "workload is the one the comparisons run: give it a fixed port"
         )
+    if workloads and any(WORKDIR in w for w in [*(workloads[0].command or [])]):
+        problems.append(
+            f"workloads.0.command: {WORKDIR} is filled in by the compatibility stage only; "
+            "the first workload's command runs from the repo already: use a relative path"
+        )
     return problems
+
+
+_PROBLEM = re.compile(r"^(?P<here>.+?): (?P<field>workloads?)(?P<rest>(?:\.0)?[.:].*)$")
+
+
+def without_alias_repeats(problems: list[str]) -> list[str]:
+    """Problem lines without the repeats an anchored first workload causes: `workload` and
+    `workloads.0` are then one mapping, and pydantic says each problem of it twice."""
+    said = set()
+    for line in problems:
+        match = _PROBLEM.match(line)
+        if match and match["field"] == "workload":
+            said.add(match["rest"])
+    out = []
+    for line in problems:
+        match = _PROBLEM.match(line)
+        repeat = match and match["field"] == "workloads" and match["rest"].startswith(".0")
+        if repeat and match["rest"][2:] in said:
+            continue
+        out.append(line)
+    return out

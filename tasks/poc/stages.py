@@ -128,6 +128,16 @@ REGISTRY: tuple[Stage, ...] = (
         needs=("install",),
         writes=("events",),
     ),
+    # Every workload of the plan through CRIU cycles before the comparisons: a workload
+    # that fails is the stage's result (committed), not a refusal; nothing waits on it.
+    Stage(
+        "compatibility",
+        _good_run("compatibility", "no committed compatibility run"),
+        (_flow("compatibility:compatibility"),),
+        "compatibility/compatibility",
+        needs=("opt_in",),
+        writes=("compatibility", "events", "gates"),
+    ),
     Stage(
         "recovery",
         _measured("recovery"),

@@ -104,6 +104,9 @@ def managed_checkpointer(
     entry = CHECKPOINTERS[plan.checkpointer.kind]
     if entry.build is None:
         raise CkptPocError(f"checkpointer {entry.kind!r} is {entry.what}: it runs nothing here")
-    return entry.build(
+    built = entry.build(
         root, plan.checkpointer.keep if keep is None else keep, recorder, trial_id, arm, timeout_s
     )
+    if isinstance(built, CriuCheckpointer):  # the workload's own options (workload.criu)
+        built.add_options(plan.workload.criu.dump, plan.workload.criu.restore)
+    return built

@@ -27,11 +27,12 @@ import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tasks.data.errors import CkptPocError
+from tasks.engine.checkpointers.criu_failure import criu_failure_cause
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.local import LocalCluster, RunReaper, WorkloadProcess, descendants
 
@@ -41,13 +42,38 @@ ACTION_SCRIPT = REPO_ROOT / "scripts" / "criu-action-script"
 CACHED_BUILD = REPO_ROOT / ".tools" / "criu" / "bin" / "criu"
 COMPLETE = "COMPLETE.json"
 OWNERS_LOCK = ".owners.lock"  # flock-ed (shared) by every live checkpointer of the root
+# The harness's own options: connections closed at restore, in-flight ones skipped; left
+# out when a workload keeps its TCP connections (--tcp-established excludes them).
+_HARNESS_DUMP = ("--tcp-close", "--skip-in-flight")
+_HARNESS_RESTORE = ("--tcp-close",)
 _STAT = re.compile(
     r"^(Freezing time|Frozen time|Memory dump time|Memory write time):\s*(\d+)\s*us", re.M
 )
 
 
 class CriuError(CkptPocError):
-    """CRIU failed; the message carries the tail of its log."""
+    """CRIU failed; the message carries the tail of its log.
+
+    ``cause``: CRIU's own error line that says why (None: it gave none, e.g. a timeout);
+    ``wants``: the option CRIU's error names (``--tcp-established``), if it names one;
+    ``log``: CRIU's log; ``rc``: its exit status (None: it did not exit on its own)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        log: Path | None = None,
+        rc: int | None = None,
+        cause: str | None = None,
+        wants: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.log, self.rc, self.cause, self.wants = log, rc, cause, wants
+
+
+def _failed(message: str, log: Path, rc: int | None) -> CriuError:
+    cause, wants = criu_failure_cause(log)
+    return CriuError(message, log=log, rc=rc, cause=cause, wants=wants)
 
 
 def find_criu() -> str:
@@ -162,9 +188,18 @@ class CriuCheckpointer:
         binary: str | None = None,
         timeout_s: float = 600,
         protect: Iterable[Path] = (),
+        dump_options: Sequence[str] = (),
+        restore_options: Sequence[str] = (),
+        harness_options: bool = True,
     ) -> None:
         self.root = root
         self.keep = keep
+        # The workload's own CRIU options (plan: workload.criu, allow-listed there), after
+        # the harness's: --tcp-close and --skip-in-flight unless ``harness_options`` is off
+        # (the compatibility stage tries CRIU as the plan gives it) or the workload holds
+        # its TCP connections (--tcp-established: the two exclude each other).
+        self._harness_options = harness_options
+        self.add_options(dump_options, restore_options)
         self.timeout_s = timeout_s  # one CRIU command; past it, CRIU and its children die
         self.binary = binary or find_criu()
         self._recorder, self._trial, self._arm = recorder, trial_id, arm
@@ -172,6 +207,19 @@ class CriuCheckpointer:
         root.mkdir(parents=True, exist_ok=True)
         self.removed_stale = self._hold_root(protect)
         self._next = 1 + max((self._index(p) for p in root.glob("ckpt-*")), default=0)
+
+    def add_options(self, dump: Sequence[str], restore: Sequence[str]) -> None:
+        """Add the workload's own options, after the harness's (allow-listed by the plan)."""
+        self._own = (
+            [*getattr(self, "_own", ([], []))[0], *dump],
+            [*getattr(self, "_own", ([], []))[1], *restore],
+        )
+        own_dump, own_restore = self._own
+        harness = self._harness_options
+        keeps = "--tcp-established" in own_dump
+        self.dump_options = [*(_HARNESS_DUMP if harness and not keeps else ()), *own_dump]
+        keeps = "--tcp-established" in own_restore
+        self.restore_options = [*(_HARNESS_RESTORE if harness and not keeps else ()), *own_restore]
 
     def _hold_root(self, protect: Iterable[Path]) -> list[Path]:
         """Hold the root (shared) for this checkpointer's life; if no one else holds it,
@@ -250,8 +298,9 @@ class CriuCheckpointer:
                 reaper.forget(proc.pid)
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
-    def dump(self, proc: WorkloadProcess) -> Checkpoint:
-        """One full dump, leaving the workload running; raises CriuError on failure."""
+    def dump(self, proc: WorkloadProcess, *, leave_running: bool = True) -> Checkpoint:
+        """One full dump, leaving the workload running (``leave_running``; else CRIU ends it
+        once dumped, as a fault would); raises CriuError on failure."""
         with self._lock:
             index, self._next = self._next, self._next + 1
             folder = self.root / f"ckpt-{index:05d}"
@@ -267,9 +316,8 @@ class CriuCheckpointer:
                     str(proc.pid),
                     "-D",
                     str(folder),
-                    "--leave-running",
-                    "--tcp-close",
-                    "--skip-in-flight",
+                    *(["--leave-running"] if leave_running else []),
+                    *self.dump_options,
                     "--display-stats",
                     "--action-script",
                     str(ACTION_SCRIPT),
@@ -291,8 +339,16 @@ class CriuCheckpointer:
                     # kept, and said to be that, not the checkpointer's.
                     workload_exited=_gone_soon(proc),
                 )
+                # The log outlives the failed folder: a result points at it.
+                kept = self.root / f"dump-failed-{index:05d}.log"
+                with contextlib.suppress(OSError):
+                    os.replace(folder / "dump.log", kept)
                 shutil.rmtree(folder, ignore_errors=True)
-                raise CriuError(f"criu dump of pid {proc.pid} exited {done.returncode}:\n{tail}")
+                raise _failed(
+                    f"criu dump of pid {proc.pid} exited {done.returncode}:\n{tail}",
+                    kept,
+                    done.returncode,
+                )
             stats = {k: int(v) for k, v in _STAT.findall(done.stdout + done.stderr)}
             ckpt = Checkpoint(
                 index=index,
@@ -361,7 +417,7 @@ class CriuCheckpointer:
                     "restore",
                     "-D",
                     str(checkpoint.path),
-                    "--tcp-close",
+                    *self.restore_options,
                     "--pidfile",
                     str(pidfile),
                     "-o",
@@ -381,9 +437,11 @@ class CriuCheckpointer:
             rc = proc.wait()
             tail = _tail(log)
             self.record("restore_failed", index=checkpoint.index, rc=rc, log_tail=tail[-2000:])
-            raise CriuError(
+            raise _failed(
                 f"criu restore of checkpoint {checkpoint.path} exited {rc} "
-                f"before the workload ran:\n{tail}"
+                f"before the workload ran:\n{tail}",
+                log,
+                rc,
             )
 
     def restore(
@@ -404,7 +462,7 @@ class CriuCheckpointer:
                         "-D",
                         str(ckpt.path),
                         "-d",
-                        "--tcp-close",
+                        *self.restore_options,
                         "--pidfile",
                         str(pidfile),
                         "-o",
@@ -421,8 +479,10 @@ class CriuCheckpointer:
                         rc=done.returncode,
                         log_tail=tail[-2000:],
                     )
-                    raise CriuError(
-                        f"criu restore of checkpoint {ckpt.path} exited {done.returncode}:\n{tail}"
+                    raise _failed(
+                        f"criu restore of checkpoint {ckpt.path} exited {done.returncode}:\n{tail}",
+                        log,
+                        done.returncode,
                     )
                 pid = int(pidfile.read_text().strip())
                 self.record("restored", index=ckpt.index, pid=pid)

@@ -1,0 +1,135 @@
+"""One copy of a workload for the compatibility stage: its folder, port, argv and env, its
+``prepare`` commands, and its fidelity query.
+
+Placeholders (tasks/data/plan_workload.py): ``{copy_dir}`` the copy's own folder, ``{port}``
+a free TCP port picked for the copy, ``{workdir}`` the folder workloads run from (where a
+plan's relative paths resolve: the repo for the shipped examples).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.data.plan import Workload
+from tasks.data.plan_workload import COPY_DIR, PORT, WORKDIR
+from tasks.engine.interpreter import resolve_workload_argv, workload_env
+from tasks.experiments.compatibility_fidelity import BadInput, CopyFiles
+
+OUTPUT_SAID = 400  # characters of a failed command's output in a message
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the kernel's pick; a copy binds it soon after)."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One copy: where it runs, and its plan words with the placeholders filled in."""
+
+    workload: Workload
+    field: str  # "workloads.N": where the plan says it
+    name: str  # "reference", "managed-1", …
+    copy_dir: Path
+    workdir: Path
+    port: int | None
+
+    def fill(self, word: str) -> str:
+        word = word.replace(COPY_DIR, str(self.copy_dir)).replace(WORKDIR, str(self.workdir))
+        return word.replace(PORT, str(self.port)) if self.port is not None else word
+
+    @property
+    def argv(self) -> list[str]:
+        return [self.fill(w) for w in self.workload.command or []]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {k: self.fill(v) for k, v in self.workload.env.items()}
+
+    @property
+    def ready_url(self) -> str | None:
+        probe = self.workload.ready_probe
+        return self.fill(probe.url) if probe else None
+
+    def files(self, log: Path) -> CopyFiles:
+        return CopyFiles(self.copy_dir, log)
+
+
+def make_copy(workload: Workload, field: str, name: str, run_dir: Path, workdir: Path) -> Copy:
+    copy_dir = run_dir / f"compat-{workload.name}" / name
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port() if workload.uses_port else None
+    return Copy(workload, field, name, copy_dir, workdir, port)
+
+
+def _said(text: str | bytes | None) -> str:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    text = (text or "").strip()
+    return text[-OUTPUT_SAID:] or "(no output)"
+
+
+def run_prepare(copy: Copy, timeout_s: float) -> None:
+    """The workload's ``prepare`` commands, in order, in the copy's folder; the first that
+    fails is bad input naming its item. ``python -m`` finds the workdir's packages there
+    too (on PYTHONPATH), as it does for the command, which runs from the workdir."""
+    env = {**workload_env(), **copy.env}
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(copy.workdir), env.get("PYTHONPATH", "")) if p
+    )
+    for i, argv in enumerate(copy.workload.prepare):
+        words = resolve_workload_argv([copy.fill(w) for w in argv])
+        where = f"{copy.field}.prepare.{i}"
+        try:
+            done = subprocess.run(
+                words,
+                cwd=copy.copy_dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise BadInput(where, f"{words[0]!r} is not found") from None
+        except subprocess.TimeoutExpired:
+            raise BadInput(where, f"did not finish within {timeout_s:.0f} s") from None
+        if done.returncode != 0:
+            raise BadInput(where, f"exited {done.returncode}: {_said(done.stderr or done.stdout)}")
+
+
+def run_query(copy: Copy, when: str) -> str:
+    """The fidelity query's output (exit status and stdout); bad input if it cannot run
+    or fails ``when`` is "the reference run" (a query that fails later is a finding)."""
+    fidelity = copy.workload.fidelity
+    assert fidelity is not None and fidelity.query is not None
+    words = resolve_workload_argv([copy.fill(w) for w in fidelity.query])
+    where = f"{copy.field}.fidelity.query"
+    try:
+        done = subprocess.run(
+            words,
+            cwd=copy.workdir,
+            env={**workload_env(), **copy.env},
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=fidelity.query_timeout_s,
+            check=False,
+        )
+    except FileNotFoundError:
+        raise BadInput(where, f"{words[0]!r} is not found") from None
+    except subprocess.TimeoutExpired:
+        if when == "the reference run":
+            raise BadInput(where, f"no answer within {fidelity.query_timeout_s:g} s") from None
+        return f"timed out after {fidelity.query_timeout_s:g} s"
+    if done.returncode != 0 and when == "the reference run":
+        raise BadInput(
+            where, f"exited {done.returncode} in {when}: {_said(done.stderr or done.stdout)}"
+        )
+    return f"exit {done.returncode}\n{done.stdout.decode('utf-8', 'replace')}"

@@ -1,0 +1,217 @@
+"""One checkpoint → kill → restore cycle of a running workload, aimed at a moment.
+
+The moments (``CYCLE_MOMENTS``), and how each is found:
+
+- ``app-checkpoint``: the workload writing its own checkpoint. The harness reads the
+  copy's open files (``/proc/PID/fd`` of every process of the copy, every 0.5 ms) from the
+  step before a checkpoint step on, and dumps as soon as a file in the checkpoint's folder
+  named like it (``ckpt.npz`` → ``.ckpt.npz.tmp`` too) is open for writing. Whether the
+  freeze caught it is read afterwards from CRIU's own image (``files.img`` names every file
+  the frozen tree held open): ``caught``. A write shorter than CRIU's own start-up is missed,
+  and said so.
+- ``io``: the workload writing. Its processes' write counters (``/proc/PID/io`` wchar) are
+  read every 0.5 ms; the dump starts at the first increase (``caught``: one was seen).
+- ``steady``: at the target step, whatever it is doing (``caught`` is null).
+
+A dump here ends the workload (no ``--leave-running``: what a fault does, and nothing grows
+between the dump and the restore: range.md's "bad size" cannot happen). Before the restore
+every dumped process must have left /proc (a zombie's PID makes ``criu restore`` fail with
+"File exists", range.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.data.datasets import CYCLE_MOMENTS
+from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
+from tasks.engine.clusters.local import LocalCluster, WorkloadProcess, descendants
+
+POLL_S = 0.0005
+PIDS_GONE_S = 10.0  # what a killed, dumped tree may take to leave /proc
+
+
+@dataclass
+class CycleRecord:
+    """One cycle as the dataset and the result hold it."""
+
+    cycle: int
+    moment: str
+    target_step: int | None = None
+    caught: bool | None = None
+    step: int | None = None
+    dump: str | None = None  # ok | failed (None: never tried)
+    freeze_s: float | None = None
+    dump_s: float | None = None
+    image_bytes: int | None = None
+    restore: str = "not tried"
+    restore_s: float | None = None
+    resumed_step: int | None = None
+    query: str | None = None
+    cause: str | None = None
+    wants_option: str | None = None
+    criu_log: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.dump == "ok" and self.restore == "ok"
+
+
+def moment_of(cycle: int, has_app_checkpoint: bool) -> str:
+    """The moments in turn (cycle 1 first at the application's own checkpoint, when it has
+    one), so that any three cycles cover each."""
+    moments = CYCLE_MOMENTS if has_app_checkpoint else CYCLE_MOMENTS[1:]
+    return moments[(cycle - 1) % len(moments)]
+
+
+def tree_of(proc: WorkloadProcess) -> list[int]:
+    return [proc.pid, *descendants(proc.pid)]
+
+
+def _wchar(pids: list[int]) -> int:
+    total = 0
+    for pid in pids:
+        with (
+            contextlib.suppress(OSError, ValueError, StopIteration),
+            open(f"/proc/{pid}/io", encoding="ascii") as fh,
+        ):
+            total += next(int(ln.split()[1]) for ln in fh if ln.startswith("wchar:"))
+    return total
+
+
+def _names_like(name: str) -> Callable[[str], bool]:
+    stem = name.rsplit(".", 1)[0]
+    return lambda other: name in other or (len(stem) >= 3 and stem in other)
+
+
+def open_for_write(pids: list[int], folder: Path, name: str) -> Path | None:
+    """A file in ``folder`` named like ``name`` that one of ``pids`` holds open to write."""
+    like = _names_like(name)
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = Path(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+            if target.parent != folder or not like(target.name):
+                continue
+            flags = 0
+            with (
+                contextlib.suppress(OSError, ValueError, StopIteration),
+                open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as fh,
+            ):
+                flags = next(int(ln.split()[1], 8) for ln in fh if ln.startswith("flags:"))
+            if flags & 0o3:  # O_WRONLY or O_RDWR
+                return target
+    return None
+
+
+def wait_for_moment(
+    moment: str,
+    proc: WorkloadProcess,
+    checkpoint_file: Path | None,
+    give_up: Callable[[], bool],
+) -> tuple[bool | None, Path | None]:
+    """Block until ``moment`` (or ``give_up()``); (seen, the open checkpoint file)."""
+    if moment == "steady":
+        return None, None
+    last = _wchar(tree_of(proc))
+    while proc.alive() and not give_up():
+        pids = tree_of(proc)
+        if moment == "app-checkpoint" and checkpoint_file is not None:
+            found = open_for_write(pids, checkpoint_file.parent, checkpoint_file.name)
+            if found is not None:
+                return True, found
+        elif moment == "io":
+            now = _wchar(pids)
+            if now > last:
+                return True, None
+            last = now
+        time.sleep(POLL_S)
+    return False, None
+
+
+def image_holds(checkpoint: Checkpoint, path: Path) -> bool | None:
+    """Whether CRIU's image names ``path`` among the files the frozen tree held open (None:
+    no files.img to read)."""
+    image = checkpoint.path / "files.img"
+    try:
+        return os.fsencode(str(path)) in image.read_bytes()
+    except OSError:
+        return None
+
+
+def wait_pids_gone(pids: list[int], timeout: float = PIDS_GONE_S) -> list[int]:
+    """Wait until no pid of ``pids`` is in /proc (zombies included); those still there."""
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        left = [p for p in left if os.path.exists(f"/proc/{p}")]
+        if left:
+            time.sleep(0.005)
+    return left
+
+
+def dump_and_end(
+    criu: CriuCheckpointer,
+    cluster: LocalCluster,
+    proc: WorkloadProcess,
+    record: CycleRecord,
+    found: Path | None,
+) -> Checkpoint | None:
+    """Dump (CRIU ends the copy once dumped); fill the record's dump half. None: the dump
+    failed, and the copy runs on (CRIU lets a tree it could not dump go)."""
+    pids = tree_of(proc)
+    try:
+        point = criu.dump(proc, leave_running=False)
+    except CriuError as exc:
+        record.dump = "failed"
+        record.cause = exc.cause or str(exc).splitlines()[0]
+        record.wants_option = exc.wants
+        record.criu_log = str(exc.log) if exc.log else None
+        return None
+    record.dump = "ok"
+    record.dump_s = point.dump_s
+    record.freeze_s = point.frozen_us / 1e6 if point.frozen_us is not None else None
+    record.image_bytes = point.image_bytes
+    if record.moment == "app-checkpoint" and found is not None:
+        record.caught = image_holds(point, found)
+    with contextlib.suppress(Exception):
+        cluster.kill(proc)  # CRIU ended it already; a tree it left is ended here
+    cluster.wait_gone(proc, timeout=PIDS_GONE_S)
+    left = wait_pids_gone(pids)
+    if left:
+        record.cause = f"dumped processes {left} still in /proc after {PIDS_GONE_S:.0f} s"
+    return point
+
+
+def restore_copy(
+    criu: CriuCheckpointer,
+    cluster: LocalCluster,
+    slot: str,
+    point: Checkpoint,
+    log: Path,
+    record: CycleRecord,
+) -> WorkloadProcess | None:
+    """Restore ``point``; fill the record's restore half (None: it failed)."""
+    t0 = time.monotonic()
+    try:
+        proc = criu.restore(cluster, slot, point)
+    except CriuError as exc:
+        record.restore = "failed"
+        record.cause = exc.cause or str(exc).splitlines()[0]
+        record.wants_option = exc.wants
+        record.criu_log = str(exc.log) if exc.log else None
+        return None
+    record.restore_s = time.monotonic() - t0
+    proc.log = log  # the restored copy writes on into the same log (its fd was restored)
+    return proc
