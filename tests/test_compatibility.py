@@ -68,17 +68,18 @@ SERVE: dict[str, Any] = {
 # One process holding both ends of an established loopback TCP connection, talking over it
 # every step: what CRIU refuses to dump without --tcp-established (range.md).
 TCP_HOLDER = """
-import socket, time
+import socket, sys, time
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
 a = socket.create_connection(srv.getsockname()); b, _ = srv.accept(); srv.close()
-for step in range(1, 301):
+for step in range(1, int(sys.argv[1]) + 1):
     a.sendall(b"x"); assert b.recv(1) == b"x"
     print(f"step={step}", flush=True); time.sleep(0.01)
 print("done", flush=True)
 """
 TCP: dict[str, Any] = {
     "name": "tcp-plain",
-    "command": ["python", "-c", TCP_HOLDER],
+    # 600 steps, ~6 s: three failed dumps (~1 s each) still fall inside the run.
+    "command": ["python", "-c", TCP_HOLDER, "600"],
     "gpus": 0,
     "progress_probe": {"log_regex": r"^step=(\d+)$"},
     "fidelity": {"files": [{"path": "{log}"}]},
@@ -86,6 +87,7 @@ TCP: dict[str, Any] = {
 TCP_OPTIONS = {
     **TCP,
     "name": "tcp-options",
+    "command": ["python", "-c", TCP_HOLDER, "300"],
     "criu": {
         "dump": ["--tcp-established", "--network-lock", "nftables"],
         "restore": ["--tcp-established"],

@@ -324,7 +324,9 @@ def run_cycle(sweep: Sweep, m: Managed, record: CycleRecord, query: bool) -> boo
         regex = m.probe.pattern
         record.step = last_step_before(m.log, point.held_log_bytes, regex)
     m.after = m.log.stat().st_size
-    new = restore_copy(m.criu, sweep.cluster, sweep.slot, point, m.log, record)
+    new = restore_copy(
+        m.criu, sweep.cluster, sweep.slot, point, m.log, record, stopped=found is not None
+    )
     if new is None:
         return False
     if not _resumed(sweep, m, new, record):

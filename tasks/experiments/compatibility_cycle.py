@@ -4,11 +4,12 @@ The moments (``CYCLE_MOMENTS``), and how each is found:
 
 - ``app-checkpoint``: the workload writing its own checkpoint. The harness reads the
   copy's open files (``/proc/PID/fd`` of every process of the copy, every 0.5 ms) from the
-  step before a checkpoint step on, and dumps as soon as a file in the checkpoint's folder
-  named like it (``ckpt.npz`` → ``.ckpt.npz.tmp`` too) is open for writing. Whether the
-  freeze caught it is read afterwards from CRIU's own image (``files.img`` names every file
-  the frozen tree held open): ``caught``. A write shorter than CRIU's own start-up is missed,
-  and said so.
+  step before a checkpoint step on; as soon as a file in the checkpoint's folder named like
+  it (``ckpt.npz`` → ``.ckpt.npz.tmp`` too) is open for writing, it stops the copy there
+  (SIGSTOP: CRIU's own start-up takes longer than a small write), dumps it stopped,
+  restores it stopped and continues it (SIGCONT). Whether the dump holds the open file is
+  read from CRIU's own image (``files.img`` names every file the frozen tree held open):
+  ``caught``; a checkpoint step that went by with no such file seen is ``caught: no``.
 - ``io``: the workload writing. Its processes' write counters (``/proc/PID/io`` wchar) are
   read every 0.5 ms; the dump starts at the first increase (``caught``: one was seen).
 - ``steady``: at the target step, whatever it is doing (``caught`` is null).
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -161,6 +163,23 @@ def wait_pids_gone(pids: list[int], timeout: float = PIDS_GONE_S) -> list[int]:
     return left
 
 
+def signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _drop_launcher(proc: WorkloadProcess) -> None:
+    """End the copy's `unshare` launcher (the copy runs on without it, as a restored copy
+    does): killed with its child, it would write `unshare: sigprocmask unblock failed` into
+    the copy's log after the dump, a line the workload never wrote."""
+    launcher = proc.launcher
+    if launcher is not None and launcher.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            launcher.kill()
+        launcher.wait()
+
+
 def dump_and_end(
     criu: CriuCheckpointer,
     cluster: LocalCluster,
@@ -171,6 +190,9 @@ def dump_and_end(
     """Dump (CRIU ends the copy once dumped); fill the record's dump half. None: the dump
     failed, and the copy runs on (CRIU lets a tree it could not dump go)."""
     pids = tree_of(proc)
+    _drop_launcher(proc)
+    if found is not None:  # stopped inside its own checkpoint write, dumped stopped
+        signal_all(pids, signal.SIGSTOP)
     try:
         point = criu.dump(proc, leave_running=False)
     except CriuError as exc:
@@ -178,6 +200,8 @@ def dump_and_end(
         record.cause = exc.cause or str(exc).splitlines()[0]
         record.wants_option = exc.wants
         record.criu_log = str(exc.log) if exc.log else None
+        if found is not None:
+            signal_all(pids, signal.SIGCONT)
         return None
     record.dump = "ok"
     record.dump_s = point.dump_s
@@ -201,8 +225,10 @@ def restore_copy(
     point: Checkpoint,
     log: Path,
     record: CycleRecord,
+    stopped: bool = False,
 ) -> WorkloadProcess | None:
-    """Restore ``point``; fill the record's restore half (None: it failed)."""
+    """Restore ``point`` (``stopped``: it was dumped stopped, and is continued); fill the
+    record's restore half (None: it failed)."""
     t0 = time.monotonic()
     try:
         proc = criu.restore(cluster, slot, point)
@@ -214,4 +240,6 @@ def restore_copy(
         return None
     record.restore_s = time.monotonic() - t0
     proc.log = log  # the restored copy writes on into the same log (its fd was restored)
+    if stopped:  # dumped stopped, restored stopped: it goes on from inside its write
+        signal_all(tree_of(proc), signal.SIGCONT)
     return proc

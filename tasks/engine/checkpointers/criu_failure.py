@@ -14,7 +14,9 @@ from pathlib import Path
 # noise (each log here has the rlimit one, and CRIU still exits 0: range.md). The cause is
 # the first error line that is neither.
 _FAILED_LINE = re.compile(r"(Dumping|Restoring|Pre-dumping) FAILED")
-_ERROR_LINE = re.compile(r"^\([0-9.]+\)\s+(?:\d+:\s+)?Error \(([^)]*)\):\s*(.*)$")
+# "(00.019500) Error (file:line): what" at -v4; "Error (file:line): what" at the default level;
+# a restore's lines may carry the task's pid first ("     1: Error ...").
+_ERROR_LINE = re.compile(r"^(?:\([0-9.]+\)\s+)?(?:\d+:\s+)?Error \(([^)]*)\):\s*(.*)$")
 _NOISE = ("Can't setup RLIMIT_NOFILE",)
 # "consider using --tcp-established option", "Consider using --shell-job option"
 _WANTS = re.compile(r"[Cc]onsider using (--[a-z][a-z-]*)")
