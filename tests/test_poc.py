@@ -193,6 +193,7 @@ def test_window_weeks_gaps_and_failed_gates(plan: Plan) -> None:
 
 def test_the_next_stage_is_refused_at_a_gate_with_its_own_message(plan: Plan) -> None:
     _installed(plan)
+    _commit(plan, "compatibility")
     _commit(plan, "recovery", _trials("recovery", managed="ok", unmanaged="failed"))
     state = poc_state(plan, plan.data_dir)
     assert next_stage(state, "opt_in", []) is None  # everything up to opt_in is done
