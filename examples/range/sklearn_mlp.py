@@ -113,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         pos += args.batch_size
         model.partial_fit(X_train[batch], y_train[batch], classes=classes)
         step += 1
-        print(f"step={step} loss={model.loss_!r}", flush=True)
+        print(
+            f"step={step} loss={float(model.loss_)!r}", flush=True
+        )  # NumPy 2's repr is np.float64(...)
         if ckpt is not None and args.checkpoint_every and step % args.checkpoint_every == 0:
             state = {"model": model, "rng": rng.bit_generator.state, "perm": perm}
             state |= {"pos": pos, "step": step, "config": _config(args)}
