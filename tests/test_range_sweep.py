@@ -70,7 +70,7 @@ def assert_restored_faithfully(r: WorkloadResult, cycles: int = 3) -> None:
 
 
 def test_sklearn_training_job_restores_faithfully(tmp_path: Path, criu_binary: str) -> None:
-    # ~28 s; image ~124 MB (OpenBLAS threads), freeze ~0.12 s.
+    # ~21 s; image ~124 MB (OpenBLAS threads), freeze ~0.12 s.
     r = sweep_one(tmp_path, "sklearn-mlp")
     assert_restored_faithfully(r)
     assert [c["moment"] for c in r.cycle_rows] == ["app-checkpoint", "io", "steady"]
@@ -80,7 +80,7 @@ def test_sklearn_training_job_restores_faithfully(tmp_path: Path, criu_binary: s
 
 @CR_PROGRESS
 def test_gromacs_restores_faithfully(tmp_path: Path, criu_binary: str) -> None:
-    # ~20 s (14 s while it fails); image ~3 MB, freeze ~0.014 s.
+    # ~9 s while it fails (~20 s with the probe fixed); image ~3 MB, freeze ~0.014 s.
     need("gmx")
     r = sweep_one(tmp_path, "gromacs-water")
     assert_restored_faithfully(r)
@@ -88,7 +88,7 @@ def test_gromacs_restores_faithfully(tmp_path: Path, criu_binary: str) -> None:
 
 
 def test_lammps_restores_faithfully_with_the_tcp_options(tmp_path: Path, criu_binary: str) -> None:
-    # ~23 s; image ~12 MB (lmp and its orted), freeze ~0.06 s.
+    # ~19 s; image ~12 MB (lmp and its orted), freeze ~0.06 s.
     need("lmp")
     r = sweep_one(tmp_path, "lammps-melt")
     assert_restored_faithfully(r)
@@ -98,7 +98,7 @@ def test_lammps_restores_faithfully_with_the_tcp_options(tmp_path: Path, criu_bi
 def test_lammps_without_the_tcp_options_fails_to_dump_and_says_which_option(
     tmp_path: Path, criu_binary: str
 ) -> None:
-    # ~18 s. lmp is linked to Open MPI: alone it starts an orted and holds a loopback TCP
+    # ~14 s. lmp is linked to Open MPI: alone it starts an orted and holds a loopback TCP
     # connection to it. CRIU as it comes refuses, and its own error line names the option.
     need("lmp")
     r = sweep_one(tmp_path, "lammps-melt", drop="criu")
@@ -112,7 +112,7 @@ def test_lammps_without_the_tcp_options_fails_to_dump_and_says_which_option(
 
 
 def test_open_mpi_two_ranks_restore_faithfully(tmp_path: Path, criu_binary: str) -> None:
-    # ~17 s; the whole tree (mpirun, 2 ranks) with the TCP options; image ~13.5 MB. mpirun
+    # ~14 s; the whole tree (mpirun, 2 ranks) with the TCP options; image ~13.5 MB. mpirun
     # forwards the ranks' output a line at a time, so here GROMACS's progress ends in "\n".
     need("mpirun", "gmx_mpi")
     before = set(glob.glob("/tmp/ompi.*/*")) | set(glob.glob("/dev/shm/vader_segment.*"))
@@ -138,7 +138,7 @@ def test_open_mpi_two_ranks_restore_faithfully(tmp_path: Path, criu_binary: str)
 def test_redis_keys_written_before_the_dump_are_read_after_the_restore(
     tmp_path: Path, criu_binary: str
 ) -> None:
-    # ~15 s; 20,000 keys, image ~19 MB, freeze ~0.03 s.
+    # ~11 s; 20,000 keys, image ~19 MB, freeze ~0.03 s.
     need("redis-server", "redis-cli")
     r = sweep_one(tmp_path, "redis")
     assert_restored_faithfully(r)
