@@ -172,7 +172,10 @@ def _target(w: Workload, cycle: int, cycles: int, final: int, moment: str) -> in
     target = max(1, math.floor(final * cycle / (cycles + 1)))
     if moment == "app-checkpoint" and w.app_checkpoint is not None:
         every = w.app_checkpoint.every_steps
-        target = max(1, math.ceil(target / every) * every - 1)
+        step = math.ceil(target / every) * every
+        if step >= final:  # not the last one: past it the copy has no step left to resume
+            step = math.floor(target / every) * every
+        target = max(1, step - 1) if step > 0 else target
     return target
 
 
@@ -193,6 +196,7 @@ class Managed:
     probe: LogProgressProbe | None
     log: Path
     after: int = 0  # log bytes before the last restore: only steps past them are new
+    final_step: int | None = None  # the reference run's last step
 
     def close(self) -> None:
         if self.probe is not None:
@@ -269,6 +273,10 @@ def _resumed(sweep: Sweep, m: Managed, new: WorkloadProcess, record: CycleRecord
         seen = _wait_step(m.probe, new, m.after, 0, sweep.timeout_s)
         if seen is not None:
             record.resumed_step = seen.step
+            return True
+        # Frozen after its last step, it had only its end left to do: ended is resumed.
+        last, frozen = m.final_step, record.step
+        if not new.alive() and last is not None and frozen is not None and frozen >= last:
             return True
         what = f"no new step within {sweep.timeout_s:.0f} s"
     state = "still running" if new.alive() else "exited"
@@ -397,8 +405,9 @@ def _reference_service(sweep: Sweep, w: Workload, index: int) -> Copy:
     return ref
 
 
-def _fresh(sweep: Sweep, w: Workload, index: int, n: int) -> Managed:
+def _fresh(sweep: Sweep, w: Workload, index: int, n: int, final_step: int | None = None) -> Managed:
     m = _start_managed(sweep, w, index, n)
+    m.final_step = final_step
     if is_service(w):
         why = service_ready(sweep, m.copy, m.proc, "managed", 0)
         if why:
@@ -421,7 +430,7 @@ def sweep_workload(sweep: Sweep, w: Workload, index: int) -> WorkloadSweep:
         ref_log = sweep.cluster.log_path(sweep.slot, "unmanaged", f"{w.name}-ref")
         query = w.fidelity is not None and w.fidelity.query is not None
         copies = 1
-        m = _fresh(sweep, w, index, copies)
+        m = _fresh(sweep, w, index, copies, out.final_step)
         for c in range(1, sweep.cycles + 1):
             moment = moment_of(c, is_job and w.app_checkpoint is not None)
             final = out.final_step or 0
@@ -445,7 +454,7 @@ def sweep_workload(sweep: Sweep, w: Workload, index: int) -> WorkloadSweep:
                 out.notes.append(
                     f"cycle {c} did not restore: cycles {c + 1}.. on copy managed-{copies}"
                 )
-                m = _fresh(sweep, w, index, copies)
+                m = _fresh(sweep, w, index, copies, out.final_step)
         if is_job and m is not None:
             if not sweep.cluster.wait_gone(m.proc, sweep.timeout_s):
                 out.notes.append(f"the managed run did not end within {sweep.timeout_s:.0f} s")
