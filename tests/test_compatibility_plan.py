@@ -193,3 +193,11 @@ def test_the_criu_allow_list_reads_values() -> None:
         "d: --tcp-close takes no value"
     ]
     assert "given twice" in criu_option_problems(["--file-locks"] * 2, CRIU_DUMP_OPTIONS, "d")[0]
+
+
+def test_a_slurm_plan_is_refused_saying_where_the_sweep_runs() -> None:
+    from tasks.experiments.compatibility import CompatibilityRefused, ensure_compatibility_runs
+
+    plan = load_plan(REPO / "plans" / "slurm-example.yaml", check_cluster=False)
+    with pytest.raises(CompatibilityRefused, match="on Slurm it is not built: run the sweep"):
+        ensure_compatibility_runs(plan)
