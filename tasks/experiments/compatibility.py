@@ -355,11 +355,23 @@ class _Ended(Exception):
 
     def __init__(self, m: Managed, record: CycleRecord) -> None:
         last = m.probe.last.step if m.probe is not None and m.probe.last else None
-        how = "went silent" if m.proc.alive() else "ended"
-        super().__init__(
-            f"cycles {record.cycle}.. not run: the workload {how} (last step {last}) "
-            f"before cycle {record.cycle} at step {record.target_step}"
-        )
+        target = record.target_step
+        # Steps past the target, yet seen too late: lines not ended by \n as they are
+        # written (a `\r`-updated progress line), which the probe reads only at the end.
+        self.unseen = last is not None and target is not None and last >= target
+        if self.unseen:
+            message = (
+                f"its steps were seen only once it ended (last step {last}, cycle "
+                f"{record.cycle} waited for step {target}): the progress probe reads lines "
+                "ended by a newline, as they are written"
+            )
+        else:
+            how = "went silent" if m.proc.alive() else "ended"
+            message = (
+                f"cycles {record.cycle}.. not run: the workload {how} (last step {last}) "
+                f"before cycle {record.cycle} at step {target}"
+            )
+        super().__init__(message)
 
 
 def _fidelity(
@@ -439,6 +451,8 @@ def sweep_workload(sweep: Sweep, w: Workload, index: int) -> WorkloadSweep:
             try:
                 going = run_cycle(sweep, m, record, query)
             except _Ended as ended:
+                if ended.unseen:
+                    raise BadInput(f"{field_}.progress_probe.log_regex", str(ended)) from None
                 if not out.cycles:
                     raise BadInput(
                         f"{field_}.command",
