@@ -26,16 +26,8 @@ from tests.test_range import RANGE_PLAN, need
 
 pytestmark = pytest.mark.criu
 
-# GROMACS's -v progress ("step N, remaining wall clock time ...") ends each record with "\r",
-# not "\n"; tasks/engine/probes.py reads a log up to its last "\n", so the sweep sees no step
-# until the run ends and reports "the workload exited before its first checkpoint" (measured).
-# With the probe also cutting at "\r" (`cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1`)
-# it passes (measured on a copy of the tree: 3/3, md.edr and md.gro the same). Strict: once
-# the probe is fixed it passes and the marker must go. (Under mpirun it passes already.)
-CR_PROGRESS = pytest.mark.xfail(
-    strict=True,
-    reason="tasks/engine/probes.py follows lines ending in \n only; GROMACS -v ends in \r",
-)
+# GROMACS's -v progress ("step N, remaining wall clock time ...") ends each record with "\r":
+# the progress probe follows lines ending in "\r" as well as "\n" (tasks/engine/probes.py).
 
 
 def sweep_one(tmp_path: Path, name: str, drop: str | None = None) -> WorkloadResult:
@@ -78,7 +70,6 @@ def test_sklearn_training_job_restores_faithfully(tmp_path: Path, criu_binary: s
         assert c["step"] < c["resumed_step"] <= 2000, c
 
 
-@CR_PROGRESS
 def test_gromacs_restores_faithfully(tmp_path: Path, criu_binary: str) -> None:
     # ~9 s while it fails (~20 s with the probe fixed); image ~3 MB, freeze ~0.014 s.
     need("gmx")

@@ -380,7 +380,8 @@ class LogProgressProbe:
         t = time.monotonic_ns()
         self._read_to += len(data)
         buf = self._partial + data
-        cut = buf.rfind(b"\n") + 1
+        # A line ends at "\n" or at "\r" (GROMACS -v rewrites its progress line with "\r").
+        cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
         complete, self._partial = buf[:cut], buf[cut:]
         self._offset = self._read_to - len(self._partial)
         steps = steps_in(complete.decode("utf-8", "replace"), self.pattern)
