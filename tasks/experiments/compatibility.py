@@ -356,9 +356,10 @@ class _Ended(Exception):
     def __init__(self, m: Managed, record: CycleRecord) -> None:
         last = m.probe.last.step if m.probe is not None and m.probe.last else None
         target = record.target_step
-        # Steps past the target, yet seen too late: lines not ended by \n as they are
-        # written (a `\r`-updated progress line), which the probe reads only at the end.
-        self.unseen = last is not None and target is not None and last >= target
+        # Steps well past the target, yet seen too late: lines the probe could not follow as
+        # they were written, read only at the end. The target step itself is no sign of that:
+        # a copy can print it and end before the dump (a race, seen on a loaded box).
+        self.unseen = last is not None and target is not None and last > target
         if self.unseen:
             message = (
                 f"its steps were seen only once it ended (last step {last}, cycle "
