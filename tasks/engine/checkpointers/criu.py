@@ -24,6 +24,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -32,6 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tasks.data.errors import CkptPocError
+from tasks.engine.checkpointers import open_files
 from tasks.engine.checkpointers.criu_failure import criu_failure_cause
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.local import LocalCluster, RunReaper, WorkloadProcess, descendants
@@ -105,6 +107,7 @@ class Checkpoint:
     frozen_us: int | None
     held_log_bytes: int | None  # bytes of the workload log written when it was frozen
     pid: int
+    kept_bytes: int = 0  # files kept beside the images (open_files.py), put back at restore
 
     @classmethod
     def load(cls, path: Path) -> Checkpoint | None:
@@ -324,7 +327,12 @@ class CriuCheckpointer:
                     "-o",
                     "dump.log",
                 ],
-                env={"CKPT_POC_HELD_LOG": str(proc.log), "CKPT_POC_HELD_OUT": str(held)},
+                env={
+                    "CKPT_POC_HELD_LOG": str(proc.log),
+                    "CKPT_POC_HELD_OUT": str(held),
+                    # Left running, it goes on writing: keep what CRIU will check at restore.
+                    **(_keep_files_env(proc.pid, folder) if leave_running else {}),
+                },
                 reaper=proc.reaper,
             )
             dump_s = time.monotonic() - t0
@@ -359,6 +367,7 @@ class CriuCheckpointer:
                 frozen_us=stats.get("Frozen time"),
                 held_log_bytes=int(held.read_text()) if held.exists() else None,
                 pid=proc.pid,
+                kept_bytes=open_files.kept_bytes(folder),
             )
             record = {**asdict(ckpt), "path": str(folder)}
             tmp = folder / f".{COMPLETE}.tmp"
@@ -372,6 +381,7 @@ class CriuCheckpointer:
                 freezing_us=ckpt.freezing_us,
                 frozen_us=ckpt.frozen_us,
                 held_log_bytes=ckpt.held_log_bytes,
+                kept_bytes=ckpt.kept_bytes,
                 since_start_s=(time.monotonic_ns() - start.t_mono_ns) / 1e9,
             )
             self._prune()
@@ -402,6 +412,19 @@ class CriuCheckpointer:
         n = 1 + len(list(self.root.glob("restore-*.log")))
         return self.root / f"restore-{n:05d}.pid", self.root / f"restore-{n:05d}.log"
 
+    def _put_back(self, checkpoint: Checkpoint) -> None:
+        """The files kept at the dump, written back before CRIU checks their sizes."""
+        try:
+            files, size = open_files.put_back(checkpoint.path)
+        except OSError as exc:
+            self.record("restore_failed", index=checkpoint.index, rc=None, log_tail=str(exc))
+            raise CriuError(
+                f"could not put back the files checkpoint {checkpoint.path} kept: {exc}",
+                cause=f"put back kept files: {exc}",
+            ) from exc
+        if files:
+            self.record("files_put_back", index=checkpoint.index, files=files, bytes=size)
+
     def restore_attached(
         self, checkpoint: Checkpoint, timeout: float = 120
     ) -> tuple[subprocess.Popen, int]:
@@ -411,6 +434,7 @@ class CriuCheckpointer:
         with self._lock:
             pidfile, log = self._restore_paths()
             self.record("restore_start", index=checkpoint.index)
+            self._put_back(checkpoint)
             proc = subprocess.Popen(
                 [
                     self.binary,
@@ -455,6 +479,7 @@ class CriuCheckpointer:
             pidfile, log = self._restore_paths()
             self.record("restore_start", index=ckpt.index)
             try:
+                self._put_back(ckpt)
                 done = self._run(
                     [
                         self.binary,
@@ -489,6 +514,15 @@ class CriuCheckpointer:
                 return cluster.adopt(slot, self._arm, pid)
             finally:
                 cluster.reaper.forget_pidfile(pidfile)  # adopted (tracked by pid), or failed
+
+
+def _keep_files_env(pid: int, folder: Path) -> dict[str, str]:
+    """What scripts/criu-action-script needs to keep the tree's checked files."""
+    return {
+        "CKPT_POC_KEEP_FILES_PID": str(pid),
+        "CKPT_POC_KEEP_FILES_DIR": str(folder),
+        "CKPT_POC_PYTHON": sys.executable,
+    }
 
 
 def _gone_soon(proc: WorkloadProcess, within_s: float = 1.0) -> bool:
