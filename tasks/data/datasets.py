@@ -239,6 +239,13 @@ TRIALS = DatasetSpec(
         Column("detection_s", F64, min=0),
         Column("scheduling_s", F64, min=0),
         Column("restore_s", F64, min=0),
+        Column(
+            "restore",
+            S,
+            allowed=("ok", "failed"),
+            doc="the checkpointer's restore: ok once the restored copy made progress again; "
+            "null when none was attempted (an unmanaged trial, a failure before the restore)",
+        ),
         Column("warmup_s", F64, min=0),
         Column("includes", S, doc="the components recovery_s covers"),
         Column("work_lost_gpu_h", F64, min=0),

@@ -155,6 +155,16 @@ class UtilizationCriterion(Criterion):
     min_weeks: int = Field(default=MIN_UTILIZATION_WEEKS, ge=1, le=MAX_WINDOW_WEEKS)
 
 
+class RestoreCriterion(_Strict):
+    """Restores that succeeded out of those attempted (compatibility cycles, managed recovery
+    and cold-start trials), judged by the Wilson 95 % interval of the latest checkpointer
+    version: met when its lower bound is ≥ threshold, not met when its upper bound is below."""
+
+    # Only the CI's lower end: a rate of 10/10 is 1.0, yet says little about 0.99.
+    statistic: Literal["lower_ci"]
+    threshold: float = Field(gt=0, le=1, description="a fraction of restores, 0 < threshold ≤ 1")
+
+
 class Success(_Strict):
     """What counts as success. Units are fixed per measure so nobody argues about them later."""
 
@@ -165,6 +175,9 @@ class Success(_Strict):
     )
     overhead_pct: Criterion = Field(description="steady-state overhead ≤ threshold percent")
     cold_start_speedup: Criterion = Field(description="native / restore ready time ≥ threshold ×")
+    restore_success_rate: RestoreCriterion | None = Field(
+        default=None, description="Wilson 95 % lower bound of restores ok / attempted ≥ threshold"
+    )
 
     @model_validator(mode="after")
     def _sane(self) -> Success:
@@ -333,8 +346,12 @@ DecisionCriterion = Literal[
     "utilization_gain",
     "overhead_pct",
     "cold_start_speedup",
+    "restore_success_rate",
     "exit",
 ]
+# Criteria a plan may leave out of success: (the default decision.criteria names them only
+# when the plan sets them).
+OPTIONAL_CRITERIA = ("restore_success_rate",)
 
 
 class DecisionRule(_Strict):
@@ -343,6 +360,7 @@ class DecisionRule(_Strict):
     met; otherwise extend the window by `extend_weeks` once it has ended (0: no extension, the
     decision stays undecided). Before the window ends, an open criterion leaves it undecided."""
 
+    # Default: every criterion (the Plan drops optional ones its success does not set).
     criteria: list[DecisionCriterion] = Field(
         default_factory=lambda: list(DecisionCriterion.__args__), min_length=1
     )
@@ -432,6 +450,7 @@ class Plan(_Strict):
             if fault.kind != "node-down" and fault.down_s != 0:
                 problems.append(f"faults.{i}.down_s: only a node-down fault has a down time")
         problems += control_node_problems(self.exit.control_node, list(self.cluster.nodes))
+        problems += self._decided_by_unset()
         need = self.success.utilization_gain.min_weeks
         if self.window.weeks < need:
             problems.append(
@@ -446,6 +465,21 @@ class Plan(_Strict):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _decided_by_unset(self) -> list[str]:
+        """A rule naming an optional criterion the plan does not set is an error; the default
+        rule leaves such criteria out (frozen model: set once, here)."""
+        unset = [c for c in OPTIONAL_CRITERIA if getattr(self.success, c) is None]
+        if "criteria" not in self.decision.model_fields_set:
+            kept = [c for c in self.decision.criteria if c not in unset]
+            object.__setattr__(self.decision, "criteria", kept)
+            return []
+        return [
+            f"decision.criteria: names {c}, which success does not set "
+            f"(add success.{c}: {{statistic: lower_ci, threshold: ...}})"
+            for c in unset
+            if c in self.decision.criteria
+        ]
 
 
 def plan_hash(path: str | Path) -> str:

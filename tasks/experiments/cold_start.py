@@ -159,6 +159,7 @@ def cold_start_pair(
         restore["checkpoint_bytes"] = point.image_bytes
         killed_at = proc.log.stat().st_size
         restore["page_cache"] = drop_page_cache() if drop_caches else "warm"
+        restore["restore"] = "failed"  # until the restored copy is ready (restore_attempted)
         new = criu.restore(cluster, slot, point)
         started = rec.events(trial, "managed", "restore_start")[-1]
         restored = rec.events(trial, "managed", "restored")[-1]
@@ -170,6 +171,7 @@ def cold_start_pair(
         restore_s = span_s(started, restored)
         restore.update(
             status="ok",
+            restore="ok",
             ready_s=span_s(started, ready),
             restore_s=restore_s,
             restore_gbps=point.image_bytes / restore_s / 1e9 if restore_s > 0 else None,

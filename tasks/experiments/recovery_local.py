@@ -29,6 +29,7 @@ from tasks.experiments.recovery_trial import (
     fail_trial,
     held_step,
     progress_event,
+    restore_attempted,
     serve_and_measure,
     wait_for_step,
 )
@@ -94,6 +95,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             resume_step = held_step(proc.log, point, regex)
             recoverable = checkpoint_started(rec, trial, point.index)
             row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
+            restore_attempted(row)
             criu.restore(cluster, slot, point)
             restored = rec.events(trial, arm, "restored")[-1]  # CRIU's restore returned
         else:

@@ -33,6 +33,7 @@ from tasks.experiments.recovery_trial import (
     fail_trial,
     held_step,
     progress_event,
+    restore_attempted,
     serve_and_measure,
 )
 
@@ -145,6 +146,8 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
                 f"recovery job {new_job.job_id} never started within {setup.timeout_s:.0f} s "
                 f"(state {state}, reason {reason or 'none'})" + fault_type.never_back
             )
+        if arm == "managed":
+            restore_attempted(row)  # the recovery job's first act is the restore
         started, restored = _back_in_new_job(setup, trial, arm, events, fault_ev, new_job)
         moments = Moments(
             fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step

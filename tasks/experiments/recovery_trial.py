@@ -90,6 +90,13 @@ def base_row(
     }
 
 
+def restore_attempted(row: dict[str, Any]) -> None:
+    """The checkpointer's restore is about to run: it counts as failed until the restored
+    copy serves again (serve_and_measure), so a restore that raises, or whose copy never
+    progresses, is a failed restore; a row that never gets here has no restore (null)."""
+    row["restore"] = "failed"
+
+
 def serve_and_measure(
     row: dict[str, Any],
     setup: TrialSetup,
@@ -112,6 +119,8 @@ def serve_and_measure(
             f"resumed at step {first_new}, its recoverable point held {m.resume_step}"
         )
     lost_s = span_s(m.recoverable, m.fault)
+    if row.get("restore"):
+        row["restore"] = "ok"
     row.update(
         status="ok",
         recovery_s=span_s(m.fault, serving),

@@ -30,11 +30,14 @@ from tasks.poc.record.sources import (
     distinct,
     exit_state,
     files_by_run,
+    restore_weeks,
     source_rows,
     week_trials,
     weeks_of,
 )
 from tasks.window.weekly.model import verdict_text
+from tasks.window.weekly.restores import MEASURE as RESTORES
+from tasks.window.weekly.restores import section_json
 from tasks.window.weekly.rows import read_frames, week_report
 
 N_RESAMPLES = 10_000
@@ -83,6 +86,10 @@ def _shown_rows(
         r["run_ids"] = distinct(src["run_id"]) if "run_id" in src.columns else []
         if r["measure"] == "exit_leftovers":
             r["run_ids"] = distinct(frames["exit_verdicts"]["run_id"])
+        if r["measure"] == RESTORES and r.get("inputs"):
+            # The judged version's restores, from trials and compatibility runs alike.
+            r["run_ids"] = json.loads(r["inputs"])["versions"][-1]["run_ids"]
+            r["weeks"] = restore_weeks(frames, r["run_ids"])
         if r["basis"] == "extrapolated" and r.get("inputs"):
             lam = json.loads(r["inputs"]).get("exposure") or {}
             r["run_ids"] = sorted({*r["run_ids"], *([lam["run_id"]] if lam else [])})
@@ -136,6 +143,7 @@ def gather(
         files=files_by_run(data_dir, poc),
         verdicts=verdicts,
         mistakes=report.gates,
+        compatibility=report.compatibility,
         decision=decide(plan, judged, today or dt.datetime.now(dt.UTC).date()),
         exit_state=state,
         latest_exit=latest_exit,
@@ -168,6 +176,7 @@ def build_document(
         },
         "exit": f.exit_state,
         "table": table_rows(f.recs),
+        "compatibility": section_json(f.compatibility),
     }
     return write_document(f), summary
 
@@ -205,6 +214,21 @@ def record_markdown(result: Mapping[str, Any]) -> str:
         + (f"; holds {', '.join(s['holds'])}" if s["holds"] else "")
         for g, s in result["gates"].items()
     ]
+    compat = result.get("compatibility")
+    if compat:
+        lines += ["", "## Compatibility", "", f"{compat['headline']}.", ""]
+        lines += [
+            f"- {w['workload']}: restored {w['restored k/n']} (95 % CI {w['95 % CI (Wilson)']}), "
+            f"fidelity {w['fidelity']}, run {w['run']}"
+            for w in compat["workloads"]
+        ]
+        for x in compat["failures"]:
+            want = x["CRIU option it asks for"]
+            lines.append(
+                f"- {x['workload']} {x['phase']} (cycles {x['cycles']}): {x['cause']}"
+                + (f" — CRIU asks for {want}" if want != "–" else "")
+            )
+        lines += ["", f"{compat['restores_line']}"]
     lines += [
         "",
         f"## The way out: {result['exit']}",

@@ -23,6 +23,16 @@ from tasks.poc.record.sources import FIGURE_SOURCES, files_of
 from tasks.window.weekly.mistakes import GateResult
 from tasks.window.weekly.model import TITLES, verdict_text
 from tasks.window.weekly.render import CHANGE_HEADS, change_rows
+from tasks.window.weekly.restores import (
+    CAUSE_HEADS,
+    RESTORE_HEADS,
+    WORKLOAD_HEADS,
+    CompatSection,
+    cause_rows,
+    restore_rows,
+    restores_line,
+    workload_rows,
+)
 from tasks.window.weekly.rows import weekly_report_rows
 
 # The plan-judged measures, as the record's `verdicts` names them.
@@ -32,6 +42,7 @@ VERDICT_MEASURES = (
     "goodput_gain",
     "overhead_pct",
     "cold_start_speedup",
+    "restore_success_rate",
 )
 VERDICT_HEADS = (
     "measure",
@@ -80,6 +91,7 @@ class Facts:
     decision: Decision
     exit_state: str
     latest_exit: pd.DataFrame  # each node's newest exit verdict
+    compatibility: CompatSection  # the range of applications, restores per version
 
     def title(self, r: Mapping[str, Any]) -> str:
         return TITLES_HERE.get(r["measure"], r["measure"])
@@ -191,6 +203,27 @@ def _measures(d: Doc, f: Facts) -> None:
     for r in f.recs:
         note = f" Note: {r['note']}" if r.get("note") else ""
         d.p(f"{f.title(r)} ({r['arm']}): {r['method']}.{note}")
+
+
+def _compatibility(d: Doc, f: Facts) -> None:
+    """The range of applications (each workload's latest compatibility run to the record's
+    week) and every restore the product attempted, per checkpointer version."""
+    s = f.compatibility
+    d.p(s.headline + ".")
+    if s.workloads:
+        d.table(WORKLOAD_HEADS, workload_rows(s))
+    causes = cause_rows(s)
+    if causes:
+        d.h(3, "Failures and their causes")
+        d.table(CAUSE_HEADS, causes)
+    d.h(3, "Restore reliability")
+    d.p(
+        restores_line(s.restores)
+        + " Counted: compatibility cycles whose restore was tried, and the managed arm's "
+        "recovery and cold-start trials that attempted one; pooled per checkpointer version, "
+        "never across versions; 95 % CI Wilson."
+    )
+    d.table(RESTORE_HEADS, restore_rows(s.restores))
 
 
 def _method(d: Doc, f: Facts) -> None:
@@ -388,6 +421,8 @@ def _lineage(d: Doc, f: Facts) -> None:
     for r in f.recs:
         dataset = FIGURE_SOURCES.get(r["measure"], ("trials", None))[0]
         used = files_of(f.files, r["run_ids"], dataset)
+        if r["measure"] == "restore_success_rate":
+            used += files_of(f.files, r["run_ids"], "compatibility")
         if r["basis"] == "extrapolated":
             used += files_of(f.files, r["run_ids"], "exposure")
         if r["measure"] == "exit_leftovers":
@@ -409,6 +444,7 @@ WRITERS: tuple[tuple[str, Callable[[Doc, Facts], None]], ...] = (
     ("Verdicts", _verdicts),
     ("Measures against the plan", _measures),
     ("Figures", add_figures),
+    ("Compatibility and restore reliability", _compatibility),
     ("Method", _method),
     ("Measured and extrapolated", _measured_and_extrapolated),
     ("The six mistakes", _six_mistakes),

@@ -34,19 +34,30 @@ FIGURE_SOURCES: dict[str, tuple[str, str | None]] = {
     "waste_fraction": ("trials", None),
     "goodput_gain_expected": ("trials", None),
     "exit_leftovers": ("exit_verdicts", None),
+    # Restores come from trials and compatibility rows: its runs are the latest version's
+    # (build._shown_rows), its files both datasets'.
+    "restore_success_rate": ("trials", None),
 }
 
 
 def week_col(df: pd.DataFrame, col: str) -> pd.Series:
     """ISO week labels of a timestamp column, nulls dropped."""
-    return df[col].dropna().map(lambda t: week_label(pd.Timestamp(t).to_pydatetime()))
+    ts = df[col].dropna()
+    # Built, not mapped: an empty timestamp column mapped stays timestamps, which isin()
+    # against week labels refuses (a record whose trials lack a measure).
+    labels = [week_label(pd.Timestamp(t).to_pydatetime()) for t in ts]
+    return pd.Series(labels, index=ts.index, dtype="string")
 
 
 def data_weeks(frames: Mapping[str, pd.DataFrame]) -> list[str]:
-    """Every ISO week from the first to the last that has trials or utilization rows."""
+    """Every ISO week from the first to the last that has trials, utilization or
+    compatibility rows."""
     labels: set[str] = set()
     if len(frames["trials"]):
         labels |= set(week_col(frames["trials"], "started_at"))
+    compat = frames.get("compatibility")
+    if compat is not None and len(compat):
+        labels |= set(week_col(compat, "started_at"))
     if len(frames["utilization"]):
         labels |= set(frames["utilization"]["week"].dropna().astype(str))
     return weeks_between(min(labels), max(labels)) if labels else []
@@ -143,3 +154,13 @@ def exit_state(verdicts: pd.DataFrame) -> tuple[str, pd.DataFrame]:
     latest = verdicts.sort_values("diffed_at").groupby("node", as_index=False).last()
     leftovers = int(latest["leftovers"].sum())
     return ("clean" if leftovers == 0 else f"leftovers: {leftovers}"), latest
+
+
+def restore_weeks(frames: Mapping[str, pd.DataFrame], run_ids: Sequence[str]) -> int:
+    """ISO weeks of the trials and compatibility rows of ``run_ids`` (the restores counted)."""
+    labels: set[str] = set()
+    for name in ("trials", "compatibility"):
+        df = frames.get(name)
+        if df is not None and len(df):
+            labels |= set(week_col(df[df["run_id"].isin(list(run_ids))], "started_at"))
+    return len(labels)

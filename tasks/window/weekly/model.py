@@ -44,6 +44,8 @@ CRITERIA: dict[str, tuple[str, bool]] = {
     "goodput_gain": ("utilization_gain", False),
     "overhead_pct": ("overhead_pct", True),
     "cold_start_speedup": ("cold_start_speedup", False),
+    # Optional in a plan: unset, the row is info (WeekRows.add finds no criterion).
+    "restore_success_rate": ("restore_success_rate", False),
 }
 # Which gates' failures block a measure's row (gate names as the stages record them).
 MEASURE_GATES: dict[str, tuple[str, ...]] = {
@@ -51,6 +53,7 @@ MEASURE_GATES: dict[str, tuple[str, ...]] = {
     "work_lost_gpu_h": ("recovery",),
     "overhead_pct": ("overhead",),
     "cold_start_speedup": ("cold_start",),
+    "restore_success_rate": ("compatibility", "recovery", "cold_start"),
     "checkpoint_dump_s": ("overhead", "cold_start", "recovery"),
     "checkpoint_freeze_s": ("overhead", "cold_start", "recovery"),
     "goodput": ("utilization",),
@@ -68,6 +71,7 @@ TITLES = {
     "goodput_gain": "goodput gain (managed − unmanaged)",
     "overhead_pct": "steady-state overhead",
     "cold_start_speedup": "cold-start speed-up (native / restore)",
+    "restore_success_rate": "restore success rate (Wilson 95 % lower bound)",
     "checkpoint_dump_s": "checkpoint dump",
     "checkpoint_freeze_s": "checkpoint freeze",
     "checkpoint_interval_s": "optimal checkpoint interval (Daly)",

@@ -29,6 +29,17 @@ from tasks.data.render import (
 from tasks.experiments.report import verdict_line
 from tasks.window.weekly.model import TITLES, compare, verdict_text
 from tasks.window.weekly.plots import Chart, plots
+from tasks.window.weekly.restores import (
+    CAUSE_HEADS,
+    RESTORE_HEADS,
+    WORKLOAD_HEADS,
+    CompatSection,
+    cause_rows,
+    restore_rows,
+    restores_line,
+    section_markdown,
+    workload_rows,
+)
 from tasks.window.weekly.rows import Series
 
 Rows = pd.DataFrame | Sequence[Mapping[str, Any]]
@@ -238,6 +249,7 @@ def weekly_markdown(
     change_points: Sequence[Mapping[str, Any]],
     gaps: Sequence[Mapping[str, Any]],
     html_path: str | Path | None,
+    compatibility: CompatSection | None = None,
 ) -> str:
     recs = records(rows)
     week = recs[0]["week"] if recs else "?"
@@ -275,6 +287,8 @@ def weekly_markdown(
     ]
     if not gaps:
         lines.append("- none")
+    if compatibility is not None:
+        lines += ["", *section_markdown(compatibility)]
     if html_path:
         lines += ["", f"The full page (plots): `{html_path}`"]
     return "\n".join(lines)
@@ -298,6 +312,7 @@ def weekly_html(
     out_path: str | Path,
     *,
     title: str = "",
+    compatibility: CompatSection | None = None,
 ) -> Path:
     """A self-contained page (figures as inline SVG, every text escaped), written atomically."""
     e = html.escape
@@ -328,5 +343,22 @@ def weekly_html(
     parts.append("<h2>Sample gaps this week</h2>")
     gap_rows = [["" if g.get(h) is None else g.get(h) for h in GAP_HEADS] for g in gaps]
     parts.append(html_table(GAP_HEADS, gap_rows) if gaps else "<p>none</p>")
+    if compatibility is not None:
+        parts += compatibility_html(compatibility)
     page = html_page(f"{title} weekly report {week}".strip(), _CSS, parts)
     return write_atomically(out_path, page.encode("utf-8"))
+
+
+def compatibility_html(s: CompatSection) -> list[str]:
+    """The Compatibility and Restore reliability sections of the page."""
+    e = html.escape
+    parts = ["<h2>Compatibility</h2>", f"<p>{e(s.headline)}.</p>"]
+    if s.workloads:
+        parts.append(html_table(WORKLOAD_HEADS, workload_rows(s)))
+    causes = cause_rows(s)
+    if causes:
+        parts += ["<h3>Failures and their causes</h3>", html_table(CAUSE_HEADS, causes)]
+    parts += ["<h2>Restore reliability</h2>", f"<p>{e(restores_line(s.restores))}</p>"]
+    if s.restores:
+        parts.append(html_table(RESTORE_HEADS, restore_rows(s.restores)))
+    return parts

@@ -11,6 +11,7 @@ from typing import Any
 import pandas as pd
 
 from tasks.data.datasets import (
+    COMPATIBILITY,
     EXIT_VERDICTS,
     EXPOSURE,
     GATES,
@@ -34,6 +35,13 @@ from tasks.window.weekly.measures import (
 )
 from tasks.window.weekly.mistakes import GateResult, holds, six_mistakes
 from tasks.window.weekly.model import EXTRA_COLUMNS, N_RESAMPLES, ROW_COLUMNS, WeekRows
+from tasks.window.weekly.restores import (
+    CompatSection,
+    compatibility_section,
+    restore_attempts,
+    restore_row,
+    restores_by_version,
+)
 from tasks.window.weekly.segments import segments, week_start
 
 # The frames weekly_report_rows reads, by dataset name; 'samples' is optional (fingerprints).
@@ -44,6 +52,7 @@ INPUTS: dict[str, DatasetSpec] = {
     "utilization": UTILIZATION,
     "sample_gaps": SAMPLE_GAPS,
     "exit_verdicts": EXIT_VERDICTS,
+    "compatibility": COMPATIBILITY,
 }
 
 
@@ -115,13 +124,15 @@ def _sources(
 
 @dataclass
 class WeekReport:
-    """A week judged: its REPORTS rows, the change points to date, its sample gaps, and the
-    six-mistake checks its verdicts were judged with."""
+    """A week judged: its REPORTS rows, the change points to date, its sample gaps, the
+    six-mistake checks its verdicts were judged with, and the range of applications with
+    every restore counted per checkpointer version."""
 
     rows: pd.DataFrame
     change_points: list[dict[str, Any]]
     gaps: list[dict[str, Any]]
     gates: list[GateResult]
+    compatibility: CompatSection
 
 
 def weekly_report_rows(
@@ -162,6 +173,10 @@ def week_report(
     checkpoint_rows(c)
     overhead_row(c)
     cold_start_row(c)
+    # Restores are counted per checkpointer version to the end of the week (restores.py).
+    compat = _frame(frames, "compatibility")
+    versions = restores_by_version(restore_attempts(trials, compat, plan.checkpointer.kind, week))
+    restore_row(c, versions)
     utilization_rows(c, util, seg_weeks)
     measured_gain = next(
         (r["value"] for r in c.rows if r["measure"] == "goodput_gain" and r["n"]), None
@@ -170,7 +185,8 @@ def week_report(
     exit_row(c, _frame(frames, "exit_verdicts"))
     rows = pd.DataFrame(c.rows, columns=[*ROW_COLUMNS, *EXTRA_COLUMNS])
     gaps = _gaps(_frame(frames, "sample_gaps"), week)
-    return WeekReport(rows, segs.change_points, gaps, gate_results)
+    section = compatibility_section(compat, week, versions)
+    return WeekReport(rows, segs.change_points, gaps, gate_results, section)
 
 
 @dataclass

@@ -19,7 +19,8 @@ from tasks.data.weeks import current_week
 from tasks.window.weekly.measures import sampled_rows
 from tasks.window.weekly.model import ROW_COLUMNS
 from tasks.window.weekly.render import weekly_html, weekly_markdown, weekly_table_rows
-from tasks.window.weekly.rows import read_frames, weekly_report_rows, weekly_series
+from tasks.window.weekly.restores import section_json
+from tasks.window.weekly.rows import read_frames, week_report, weekly_series
 
 
 def html_path(data_dir: str | Path, poc: str, week: str) -> Path:
@@ -50,7 +51,8 @@ def build_weekly_report(
     samples (the bulk of a long window) are aggregated on that Dask cluster."""
     week = week or current_week()
     frames = read_frames(ctx.data_dir, ctx.poc)
-    rows, change_points, gaps = weekly_report_rows(plan, frames, week)
+    report = week_report(plan, frames, week)
+    rows, change_points, gaps = report.rows, report.change_points, report.gaps
     segment = int(rows["segment"].max()) if len(rows) else 0
     extra = sampled_rows(sample_summary(ctx.data_dir, ctx.poc, week, dask_client), week, segment)
     if extra:
@@ -63,6 +65,7 @@ def build_weekly_report(
         series,
         html_path(ctx.data_dir, ctx.poc, week),
         title=f"{plan.poc} / {plan.workload.name}",
+        compatibility=report.compatibility,
     )
     out = rows[list(ROW_COLUMNS)].copy()
     for col, value in ctx.stamp().items():
@@ -92,6 +95,7 @@ def build_weekly_report(
         "change_points": change_points,
         "gaps": gaps,
         "html": str(page),
-        "markdown": weekly_markdown(rows, change_points, gaps, page),
+        "markdown": weekly_markdown(rows, change_points, gaps, page, report.compatibility),
         "table": weekly_table_rows(rows),
+        "compatibility": section_json(report.compatibility),
     }
