@@ -53,6 +53,8 @@ def test_recovery_end_to_end_on_the_demo_plan(cli, write_plan, criu_binary: str)
     managed = trials[trials["arm"] == "managed"]
     unmanaged = trials[trials["arm"] == "unmanaged"]
     assert set(managed["recoverable_point"]) == {"checkpoint"}
+    # Every managed trial attempted a restore, and it served again; unmanaged ones restart.
+    assert set(managed["restore"]) == {"ok"} and unmanaged["restore"].isna().all()
     assert (managed["checkpoint_bytes"] > 0).all()
     assert set(unmanaged["recoverable_point"]) == {"app_checkpoint"}
     for fault in plan.faults:
@@ -107,6 +109,7 @@ def test_a_fault_the_workload_survives_is_a_failed_trial(
     assert list(trials["status"]) == ["failed", "failed"]
     assert trials["reason"].str.contains("survived sigkill").all(), trials["reason"]
     assert trials["recovery_s"].isna().all()
+    assert trials["restore"].isna().all()  # failed before any restore: none attempted
 
 
 def test_a_restore_that_fails_is_a_failed_trial(
@@ -126,6 +129,8 @@ def test_a_restore_that_fails_is_a_failed_trial(
     assert trials.loc["unmanaged", "status"] == "ok"
     assert trials.loc["managed", "status"] == "failed"
     assert "criu restore" in trials.loc["managed", "reason"]
+    assert trials.loc["managed", "restore"] == "failed"  # attempted, and it failed
+    assert pd.isna(trials.loc["unmanaged", "restore"])
     # The failed trial stays a row, and the gates refuse the comparison it leaves short.
     checks = recovery_gate_checks(trials.reset_index(), plan, [])
     failed = {c.expectation for c in checks if not c.success}
