@@ -522,7 +522,7 @@ COLS: list[tuple[str, str, str, str, float, int]] = [
     ("criu", "restore_s", "restore s", ".3f", 1, 9),
     ("criu", "restore_to_work_s", "→work s", ".3f", 1, 7),
     ("criu", "image_bytes", "image MiB", ",.1f", MIB, 9),
-    ("own", "write_s", "own write s", ".4f", 1, 11),
+    ("own", "write_s", "own write ms", ".2f", 1e-3, 12),
     ("own", "resume_s", "own resume s", ".3f", 1, 12),
     ("own", "bytes", "own MiB", ",.2f", MIB, 8),
 ]
@@ -530,7 +530,7 @@ COLS: list[tuple[str, str, str, str, float, int]] = [
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     head = f"{'application':>14} {'':>6} " + " ".join(f"{h:>{w}}" for *_, h, _, _, w in COLS)
-    head += f" {'bytes C/O':>9} {'stop→resume C/O':>15} {'criu RSS MiB':>12}"
+    head += f" {'bytes C/O':>9} {'stop→resume C/O':>15} {'criu RSS MiB':>12} {'ok C, O':>9}"
     print("CRIU's cycle beside the application's own checkpoint (median, then spread = max − min)")
     print(head)
     print("-" * len(head))
@@ -548,17 +548,21 @@ def print_table(rows: list[dict[str, Any]]) -> None:
                 line += f" {_cell(bytes_r, '.2f', 8)}x" if bytes_r else f" {'—':>9}"
                 line += f" {_cell(stop_r, '.2f', 14)}x" if stop_r else f" {'—':>15}"
                 line += f" {_cell(row['criu_peak_rss_mib'], ',.0f', 12)}"
+                n = len(row["criu"])
+                ok = f"{row['criu_summary']['n']}/{n}, {row['own_summary']['n']}/{n}"
+                line += f" {ok:>9}"
             print(line)
     print(
         "  frozen s: CRIU's own 'Frozen time'; dump s: `criu dump` (ends the copy); restore s:\n"
         "  until `criu restore -d` returned; →work s: restore call → a new progress step (a\n"
-        "  service: it answers); image: CRIU's image bytes. own write s: its checkpoint file\n"
+        "  service: it answers); image: CRIU's image bytes. own write ms: its checkpoint file\n"
         "  from creation to complete under its name (inotify), or Redis SAVE's round trip;\n"
         "  own resume s: relaunch with its resume args → a progress step past the checkpoint\n"
         "  (Redis: PONG with the same DBSIZE; digits-serve, no own checkpoint: fresh start →\n"
         "  ready). C/O: CRIU / own, of the medians (image bytes / own bytes; stop→resume =\n"
         "  dump + →work against write + resume). criu RSS: the CRIU processes' summed RSS,\n"
-        f"  sampled every {RSS_POLL_S * 1000:.0f} ms (peak; a short spike can fall between)."
+        f"  sampled every {RSS_POLL_S * 1000:.0f} ms (peak; a short spike can fall between).\n"
+        "  ok C, O: repeats measured / run, CRIU and own (a failed one's cause is below)."
     )
 
 
@@ -627,15 +631,21 @@ def main(argv: list[str] | None = None) -> int:
             index = names.index(w.name)
             before = set(glob.glob("/tmp/ompi.*/*")) | set(glob.glob("/dev/shm/vader_segment.*"))
             row: dict[str, Any] = {"app": w.name, "criu": [], "own": []}
+            mpi_left: list[str] = []
             for rep in range(1, repeats + 1):
                 bench.current = w.name
                 c = measured(criu_arm, bench, w, index, rep)
                 bench.current = ""
+                # Every copy's mpirun is pid 1 in its namespace: a killed one's session folder
+                # (/tmp/ompi.<host>.<uid>/pid.1) and segments break the next copy's start
+                # (gmx_mpi segfaulted; a dump met a ghost file there), so each arm starts clean.
+                mpi_left += mpi_leftovers(before)
                 o = measured(own_arm, bench, w, index, rep)
+                mpi_left += mpi_leftovers(before)
                 row["criu"].append(c)
                 row["own"].append(o)
                 print(f"  {w.name} #{rep}: criu " + _brief(c) + "; own " + _brief(o), flush=True)
-            row["mpi_left"] = mpi_leftovers(before)
+            row["mpi_left"] = mpi_left
             row["criu_summary"] = summary(row["criu"], [*CRIU_KEYS, STOP_KEY])
             row["own_summary"] = summary(row["own"], [*OWN_KEYS, STOP_KEY])
             row["ratio_bytes"] = ratio(
