@@ -135,7 +135,7 @@ def test_a_sweep_over_the_examples_a_tcp_holder_and_bad_input(tmp_path: Path, cr
 
     train = by["digits-train"]
     assert (train.cycles, train.restored, train.fidelity) == (3, 3, "same"), train
-    assert [r["moment"] for r in train.cycle_rows] == ["app-checkpoint", "io", "steady"]
+    assert [r["moment"] for r in train.cycle_rows] == ["app-checkpoint", "io", "periodic"]
     assert train.cycle_rows[0]["caught"] is not None and train.cycle_rows[1]["caught"]
     # Resumed from the frozen step on (the same step when frozen between a line's text and
     # its newline: the line completes after the restore), before the end.

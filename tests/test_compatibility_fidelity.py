@@ -136,13 +136,14 @@ def test_the_wilson_interval() -> None:
 
 
 def test_moments_take_turns() -> None:
-    assert [moment_of(c, True) for c in range(1, 5)] == [
+    assert [moment_of(c, True) for c in range(1, 6)] == [
         "app-checkpoint",
         "io",
+        "periodic",
         "steady",
         "app-checkpoint",
     ]
-    assert [moment_of(c, False) for c in range(1, 4)] == ["io", "steady", "io"]
+    assert [moment_of(c, False) for c in range(1, 5)] == ["io", "periodic", "steady", "io"]
 
 
 def test_a_workload_result_groups_causes_and_has_the_sweep_keys() -> None:

@@ -65,7 +65,7 @@ def test_sklearn_training_job_restores_faithfully(tmp_path: Path, criu_binary: s
     # ~21 s; image ~124 MB (OpenBLAS threads), freeze ~0.12 s.
     r = sweep_one(tmp_path, "sklearn-mlp")
     assert_restored_faithfully(r)
-    assert [c["moment"] for c in r.cycle_rows] == ["app-checkpoint", "io", "steady"]
+    assert [c["moment"] for c in r.cycle_rows] == ["app-checkpoint", "io", "periodic"]
     for c in r.cycle_rows:
         assert c["step"] < c["resumed_step"] <= 2000, c
 

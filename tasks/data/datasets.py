@@ -512,7 +512,7 @@ EXIT_VERDICTS = DatasetSpec(
 
 # The compatibility stage (tasks/experiments/compatibility.py): what a cycle and a workload
 # may be, declared here for the schema and imported there.
-CYCLE_MOMENTS = ("app-checkpoint", "io", "steady")
+CYCLE_MOMENTS = ("app-checkpoint", "io", "periodic", "steady")
 FIDELITY_VERDICTS = ("same", "differs", "not checked")
 
 COMPATIBILITY = DatasetSpec(

@@ -8,9 +8,10 @@ Per workload (``workloads:``), on the plan's first local slot:
    probe); what the fidelity check needs must be there (else bad input, naming the field);
 2. the managed run, in a folder of its own: cycle k is aimed at step ``final·k/(N+1)`` of
    the reference's ``final`` step (a service: every ``SERVICE_GAP_S``), at one moment in turn
-   (tasks/experiments/compatibility_cycle.py: its own checkpoint, I/O, steady); CRIU dumps
-   it with the workload's options only (``workload.criu``; none of the comparisons'
-   ``--tcp-close``), which ends it; once every dumped pid left /proc it is restored and must
+   (tasks/experiments/compatibility_cycle.py: its own checkpoint, I/O, a periodic
+   checkpoint left running then a fault, steady); CRIU dumps it with the workload's options
+   only (``workload.criu``; none of the comparisons' ``--tcp-close``), which ends it (or a
+   kill does, after a periodic one); once every dumped pid left /proc it is restored and must
    log a new step (a service: answer its ready probe). A copy whose restore failed cannot go
    on: the next cycle runs on a fresh copy (``managed-2``…), and fidelity is that copy's;
 3. fidelity: the files compared with the reference's, the query's output after each
@@ -49,6 +50,7 @@ from tasks.experiments.compatibility_copy import Copy, make_copy, run_prepare, r
 from tasks.experiments.compatibility_cycle import (
     CycleRecord,
     dump_and_end,
+    dump_run_on_and_end,
     moment_of,
     restore_copy,
     wait_for_moment,
@@ -323,7 +325,10 @@ def run_cycle(sweep: Sweep, m: Managed, record: CycleRecord, query: bool) -> boo
         raise _Ended(m, record)
     if m.probe is not None and m.probe.last is not None:
         record.step = m.probe.last.step  # as the dump starts; the frozen log's step below
-    point = dump_and_end(m.criu, sweep.cluster, m.proc, record, found)
+    if record.moment == "periodic":
+        point = dump_run_on_and_end(m.criu, sweep.cluster, m.proc, record, m.log)
+    else:
+        point = dump_and_end(m.criu, sweep.cluster, m.proc, record, found)
     if point is None:
         if not m.proc.alive():
             raise _Ended(m, record)

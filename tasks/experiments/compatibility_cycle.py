@@ -12,12 +12,16 @@ The moments (``CYCLE_MOMENTS``), and how each is found:
   ``caught``; a checkpoint step that went by with no such file seen is ``caught: no``.
 - ``io``: the workload writing. Its processes' write counters (``/proc/PID/io`` wchar) are
   read every 0.5 ms; the dump starts at the first increase (``caught``: one was seen).
+- ``periodic``: what the managed arm's periodic checkpoints do. At the target step the copy
+  is dumped with ``--leave-running``, runs on for ``RUN_ON_S`` (writing on into its own
+  files), and then a fault kills it; the restore is from that earlier dump. The files the
+  copy writes have grown since: the checkpoint kept them and puts them back
+  (tasks/engine/checkpointers/open_files.py), else CRIU refuses (range.md's "bad size").
 - ``steady``: at the target step, whatever it is doing (``caught`` is null).
 
-A dump here ends the workload (no ``--leave-running``: what a fault does, and nothing grows
-between the dump and the restore: range.md's "bad size" cannot happen). Before the restore
-every dumped process must have left /proc (a zombie's PID makes ``criu restore`` fail with
-"File exists", range.md).
+Every other dump ends the workload (no ``--leave-running``: what a fault does). Before the
+restore every dumped process must have left /proc (a zombie's PID makes ``criu restore`` fail
+with "File exists", range.md).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuEr
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess, descendants
 
 POLL_S = 0.0005
+RUN_ON_S = 0.5  # a periodic cycle: how long the copy runs on between its dump and the fault
 PIDS_GONE_S = 10.0  # what a killed, dumped tree may take to leave /proc
 
 
@@ -124,7 +129,7 @@ def wait_for_moment(
     give_up: Callable[[], bool],
 ) -> tuple[bool | None, Path | None]:
     """Block until ``moment`` (or ``give_up()``); (seen, the open checkpoint file)."""
-    if moment == "steady":
+    if moment in ("steady", "periodic"):  # at the target step, whatever it is doing
         return None, None
     last = _wchar(tree_of(proc))
     while proc.alive() and not give_up():
@@ -196,26 +201,67 @@ def dump_and_end(
     try:
         point = criu.dump(proc, leave_running=False)
     except CriuError as exc:
-        record.dump = "failed"
-        record.cause = exc.cause or str(exc).splitlines()[0]
-        record.wants_option = exc.wants
-        record.criu_log = str(exc.log) if exc.log else None
+        _dump_failed(record, exc)
         if found is not None:
             signal_all(pids, signal.SIGCONT)
         return None
+    _dumped(record, point)
+    if record.moment == "app-checkpoint" and found is not None:
+        record.caught = image_holds(point, found)
+    _end(cluster, proc, pids, record)
+    return point
+
+
+def dump_run_on_and_end(
+    criu: CriuCheckpointer,
+    cluster: LocalCluster,
+    proc: WorkloadProcess,
+    record: CycleRecord,
+    log: Path,
+) -> Checkpoint | None:
+    """A periodic checkpoint and a later fault: dump left running, run on ``RUN_ON_S``,
+    kill. The log is cut back to what the dump held: the lines written after it are work the
+    fault lost, which the restored copy writes again (else a fidelity check of the log would
+    see them twice). None: the dump failed, and the copy runs on."""
+    pids = tree_of(proc)
+    _drop_launcher(proc)
+    try:
+        point = criu.dump(proc, leave_running=True)
+    except CriuError as exc:
+        _dump_failed(record, exc)
+        return None
+    _dumped(record, point)
+    time.sleep(RUN_ON_S)
+    _end(cluster, proc, pids, record)
+    if point.held_log_bytes is not None:
+        os.truncate(log, point.held_log_bytes)
+    return point
+
+
+def _dump_failed(record: CycleRecord, exc: CriuError) -> None:
+    record.dump = "failed"
+    record.cause = exc.cause or str(exc).splitlines()[0]
+    record.wants_option = exc.wants
+    record.criu_log = str(exc.log) if exc.log else None
+
+
+def _dumped(record: CycleRecord, point: Checkpoint) -> None:
     record.dump = "ok"
     record.dump_s = point.dump_s
     record.freeze_s = point.frozen_us / 1e6 if point.frozen_us is not None else None
-    record.image_bytes = point.image_bytes
-    if record.moment == "app-checkpoint" and found is not None:
-        record.caught = image_holds(point, found)
+    record.image_bytes = point.image_bytes + point.kept_bytes  # what a restore needs
+
+
+def _end(
+    cluster: LocalCluster, proc: WorkloadProcess, pids: list[int], record: CycleRecord
+) -> None:
+    """Kill what is left of the dumped tree and wait until its pids are free again."""
     with contextlib.suppress(Exception):
-        cluster.kill(proc)  # CRIU ended it already; a tree it left is ended here
+        cluster.kill(proc)  # CRIU ended it already, or the fault does here
     cluster.wait_gone(proc, timeout=PIDS_GONE_S)
     left = wait_pids_gone(pids)
     if left:
         record.cause = f"dumped processes {left} still in /proc after {PIDS_GONE_S:.0f} s"
-    return point
 
 
 def restore_copy(

@@ -6,8 +6,13 @@ running after a periodic dump goes on writing its own log and output files (GROM
 and ener.edr), so by the time a fault comes every such file has grown. CRIU skips the check
 only for files opened write-only with O_APPEND (the harness's stdout log is one).
 
+A file the tree maps shared and writable is the same problem without CRIU's check: CRIU
+keeps no copy of a file mapping's pages (they are the file's), so once the copy left running
+has written on into it the restored memory meets later contents. Open MPI's shared-memory
+transport (`/dev/shm/vader_segment.*`) is one: restored that way, a rank segfaults.
+
 So at CRIU's `post-dump` action (the tree is still frozen: the files are exactly as the
-images expect) ``save`` copies each checked file the tree holds open for writing into
+images expect) ``save`` copies each such file, checked or mapped, into
 ``<checkpoint>/kept-files/``, and before a restore ``put_back`` writes them back in place
 (same inode: the restored fds see them). The copy is what the checkpoint costs in bytes and
 frozen time, and both are recorded.
@@ -89,13 +94,42 @@ def size_checked_writable(root: int) -> list[Path]:
     return list(found)
 
 
+def shared_writable_mappings(root: int) -> list[Path]:
+    """Regular files the tree maps shared and writable (``rw-s`` in /proc/PID/maps); not
+    deleted ones (CRIU's) nor devices (a GPU's /dev/nvidia*)."""
+    found: dict[Path, None] = {}
+    for pid in _tree(root):
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+                lines = fh.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split(maxsplit=5)
+            if len(parts) < 6 or not parts[1].startswith("rw") or parts[1][3] != "s":
+                continue
+            path = parts[5]
+            if not path.startswith("/") or path.endswith(" (deleted)"):
+                continue
+            try:
+                if stat.S_ISREG(os.stat(path).st_mode):
+                    found[Path(path)] = None
+            except OSError:
+                continue
+    return list(found)
+
+
+def files_to_keep(root: int) -> list[Path]:
+    return list(dict.fromkeys([*size_checked_writable(root), *shared_writable_mappings(root)]))
+
+
 def save(root: int, checkpoint: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> dict:
-    """Copy the tree's size-checked writable files into ``checkpoint``/kept-files; returns
-    the manifest (also written there, atomically, last)."""
+    """Copy the tree's size-checked writable files and shared writable mappings into
+    ``checkpoint``/kept-files; returns the manifest (also written there, atomically, last)."""
     kept = checkpoint / KEPT
     kept.mkdir(exist_ok=True)
     files, total = [], 0
-    for n, path in enumerate(size_checked_writable(root), 1):
+    for n, path in enumerate(files_to_keep(root), 1):
         try:
             size = path.stat().st_size
         except OSError:
