@@ -156,6 +156,7 @@ def test_a_sweep_over_the_examples_a_tcp_holder_and_bad_input(tmp_path: Path, cr
     assert cause.criu_log and Path(cause.criu_log).is_file()
     assert all(r["wants_option"] == "--tcp-established" for r in plain.cycle_rows)
     assert plain.ci is not None and plain.ci[0] == 0.0
+    assert plain.fidelity == "not checked" and "was restored" in plain.fidelity_detail
 
     options = by["tcp-options"]  # the plan's options: it restores, and talks on
     assert (options.cycles, options.restored, options.fidelity) == (3, 3, "same"), options

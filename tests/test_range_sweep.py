@@ -96,6 +96,7 @@ def test_lammps_without_the_tcp_options_fails_to_dump_and_says_which_option(
     assert r.error is None, r.error
     assert (r.cycles, r.restored) == (3, 0), r.failures
     assert all(c["dump"] == "failed" and c["restore"] == "not tried" for c in r.cycle_rows)
+    assert r.fidelity == "not checked"  # an uncut run's files say nothing of a restore
     (group,) = r.causes
     assert "Connected TCP socket" in group.cause and "--tcp-established" in group.cause
     assert all(c["wants_option"] == "--tcp-established" for c in r.cycle_rows)

@@ -199,6 +199,7 @@ class Managed:
     log: Path
     after: int = 0  # log bytes before the last restore: only steps past them are new
     final_step: int | None = None  # the reference run's last step
+    restored: int = 0  # cycles of this copy restored: none, and its end shows nothing
 
     def close(self) -> None:
         if self.probe is not None:
@@ -349,6 +350,7 @@ def run_cycle(sweep: Sweep, m: Managed, record: CycleRecord, query: bool) -> boo
         return False
     record.restore = "ok"
     m.proc = new
+    m.restored += 1
     if query:
         after = run_query(m.copy, "the managed run")
         record.query = "same" if after == before else "differs"
@@ -386,6 +388,9 @@ def _fidelity(
     """The file checks against the reference, and the query's verdicts over the cycles."""
     parts: list[str] = []
     verdicts: list[str] = []
+    if m.restored == 0:  # every dump failed (or none restored): its files are an uncut run's
+        out.fidelity_detail = f"not checked: no cycle of copy {m.copy.name} was restored"
+        return
     if w.fidelity is not None and w.fidelity.files and ref is not None and ref_log is not None:
         overall, files = compare_files(
             w.fidelity, ref.files(ref_log), m.copy.files(m.log), f"{ref.field}.fidelity"
