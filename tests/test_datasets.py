@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -63,6 +64,12 @@ def test_fingerprint_has_explicit_none_without_gpu() -> None:
     assert fp["fp_cores"] > 0 and fp["fp_mem_bytes"] > 0
     if fp["fp_gpu_count"] == 0:
         assert fp["fp_gpu_model"] == fp["fp_driver"] == fp["fp_cuda"] == "none"
+
+
+def test_fingerprint_names_the_criu_the_checkpointer_runs(criu_binary: str) -> None:
+    # The project's build is not on PATH: the version is still the one the dumps used.
+    version = json.loads(collect_fingerprint()["fp_versions"])["criu"]
+    assert version.startswith("Version: 4."), version
 
 
 def test_write_is_partitioned_atomic_and_append_only(tmp_path: Path) -> None:

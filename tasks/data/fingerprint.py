@@ -13,7 +13,11 @@ import shutil
 import socket
 import subprocess
 from importlib import metadata as importlib_metadata
+from pathlib import Path
 from typing import Any
+
+# The CRIU scripts/install-criu builds when the system's fails `criu check`.
+CRIU_BUILD = Path(__file__).resolve().parents[2] / ".tools" / "criu" / "bin" / "criu"
 
 FINGERPRINT_COLUMNS = (
     "fp_host",
@@ -77,7 +81,8 @@ def collect_versions_metadata(md: dict[str, Any]) -> None:
         except importlib_metadata.PackageNotFoundError:
             versions[pkg] = NONE
     versions["slurm"] = _tool_version(["sinfo", "--version"])
-    versions["criu"] = _tool_version(["criu", "--version"])
+    criu = criu_binary()  # the one the checkpointer runs, which need not be on PATH
+    versions["criu"] = _tool_version([criu, "--version"]) if criu else NONE
     md["fp_versions"] = json.dumps(versions, sort_keys=True)
 
 
@@ -124,6 +129,14 @@ def _mem_bytes() -> int:
     except (OSError, ValueError):
         pass
     return 0
+
+
+def criu_binary() -> str | None:
+    """The CRIU the product runs: $CKPT_POC_CRIU, else the project's build, else PATH's."""
+    for candidate in (os.environ.get("CKPT_POC_CRIU"), str(CRIU_BUILD), shutil.which("criu")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
 def _tool_version(argv: list[str]) -> str:

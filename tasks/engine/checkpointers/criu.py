@@ -24,7 +24,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -33,6 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from tasks.data.errors import CkptPocError
+from tasks.data.fingerprint import criu_binary
 from tasks.engine.checkpointers import open_files
 from tasks.engine.checkpointers.criu_failure import criu_failure_cause
 from tasks.engine.clock import Event, EventRecorder
@@ -41,7 +41,6 @@ from tasks.engine.clusters.local import LocalCluster, RunReaper, WorkloadProcess
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 ACTION_SCRIPT = REPO_ROOT / "scripts" / "criu-action-script"
-CACHED_BUILD = REPO_ROOT / ".tools" / "criu" / "bin" / "criu"
 COMPLETE = "COMPLETE.json"
 OWNERS_LOCK = ".owners.lock"  # flock-ed (shared) by every live checkpointer of the root
 # The harness's own options: connections closed at restore, in-flight ones skipped; left
@@ -80,9 +79,9 @@ def _failed(message: str, log: Path, rc: int | None) -> CriuError:
 
 def find_criu() -> str:
     """The CRIU binary: $CKPT_POC_CRIU, else the project's build, else `criu` on PATH."""
-    for candidate in (os.environ.get("CKPT_POC_CRIU"), str(CACHED_BUILD), shutil.which("criu")):
-        if candidate and os.access(candidate, os.X_OK):
-            return candidate
+    found = criu_binary()
+    if found is not None:
+        return found
     raise CriuError(
         "CRIU not found: run scripts/install-criu (it builds CRIU 4.x into .tools/criu), "
         "or set CKPT_POC_CRIU to a criu binary whose `criu check` passes"
@@ -331,32 +330,13 @@ class CriuCheckpointer:
                     "CKPT_POC_HELD_LOG": str(proc.log),
                     "CKPT_POC_HELD_OUT": str(held),
                     # Left running, it goes on writing: keep what CRIU will check at restore.
-                    **(_keep_files_env(proc.pid, folder) if leave_running else {}),
+                    **(open_files.action_env(proc.pid, folder) if leave_running else {}),
                 },
                 reaper=proc.reaper,
             )
             dump_s = time.monotonic() - t0
             if done.returncode != 0:
-                tail = _tail(folder / "dump.log")
-                self.record(
-                    "checkpoint_failed",
-                    index=index,
-                    rc=done.returncode,
-                    log_tail=tail[-2000:],
-                    # A workload that reached its end while CRIU dumped it: the failure is
-                    # kept, and said to be that, not the checkpointer's.
-                    workload_exited=_gone_soon(proc),
-                )
-                # The log outlives the failed folder: a result points at it.
-                kept = self.root / f"dump-failed-{index:05d}.log"
-                with contextlib.suppress(OSError):
-                    os.replace(folder / "dump.log", kept)
-                shutil.rmtree(folder, ignore_errors=True)
-                raise _failed(
-                    f"criu dump of pid {proc.pid} exited {done.returncode}:\n{tail}",
-                    kept,
-                    done.returncode,
-                )
+                raise self._dump_failed(proc, index, folder, done.returncode)
             stats = {k: int(v) for k, v in _STAT.findall(done.stdout + done.stderr)}
             ckpt = Checkpoint(
                 index=index,
@@ -386,6 +366,24 @@ class CriuCheckpointer:
             )
             self._prune()
             return ckpt
+
+    def _dump_failed(self, proc: WorkloadProcess, index: int, folder: Path, rc: int) -> CriuError:
+        """Record a failed dump, keep its log, drop its folder; the error to raise."""
+        tail = _tail(folder / "dump.log")
+        self.record(
+            "checkpoint_failed",
+            index=index,
+            rc=rc,
+            log_tail=tail[-2000:],
+            # A workload that reached its end while CRIU dumped it: the failure is kept, and
+            # said to be that, not the checkpointer's.
+            workload_exited=_gone_soon(proc),
+        )
+        kept = self.root / f"dump-failed-{index:05d}.log"  # a result points at it
+        with contextlib.suppress(OSError):
+            os.replace(folder / "dump.log", kept)
+        shutil.rmtree(folder, ignore_errors=True)
+        return _failed(f"criu dump of pid {proc.pid} exited {rc}:\n{tail}", kept, rc)
 
     def complete(self) -> list[Checkpoint]:
         found = (Checkpoint.load(p) for p in sorted(self.root.glob("ckpt-*")))
@@ -514,15 +512,6 @@ class CriuCheckpointer:
                 return cluster.adopt(slot, self._arm, pid)
             finally:
                 cluster.reaper.forget_pidfile(pidfile)  # adopted (tracked by pid), or failed
-
-
-def _keep_files_env(pid: int, folder: Path) -> dict[str, str]:
-    """What scripts/criu-action-script needs to keep the tree's checked files."""
-    return {
-        "CKPT_POC_KEEP_FILES_PID": str(pid),
-        "CKPT_POC_KEEP_FILES_DIR": str(folder),
-        "CKPT_POC_PYTHON": sys.executable,
-    }
 
 
 def _gone_soon(proc: WorkloadProcess, within_s: float = 1.0) -> bool:

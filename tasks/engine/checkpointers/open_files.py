@@ -150,6 +150,15 @@ def save(root: int, checkpoint: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> dic
     return manifest
 
 
+def action_env(pid: int, checkpoint: Path) -> dict[str, str]:
+    """What scripts/criu-action-script needs to run ``save`` for this dump."""
+    return {
+        "CKPT_POC_KEEP_FILES_PID": str(pid),
+        "CKPT_POC_KEEP_FILES_DIR": str(checkpoint),
+        "CKPT_POC_PYTHON": sys.executable,
+    }
+
+
 def read_manifest(checkpoint: Path) -> dict | None:
     try:
         return json.loads((checkpoint / KEPT / MANIFEST).read_text())
