@@ -27,14 +27,13 @@ from tasks.poc.record.sections import (
 from tasks.poc.record.sources import (
     cold_start_rows,
     data_weeks,
-    distinct,
     exit_state,
     files_by_run,
     source_rows,
     week_trials,
     weeks_of,
 )
-from tasks.window.weekly.model import verdict_text
+from tasks.window.weekly.model import distinct, verdict_text
 from tasks.window.weekly.rows import read_frames, week_report
 
 N_RESAMPLES = 10_000
