@@ -27,7 +27,6 @@ from tasks.poc.record.sections import (
 from tasks.poc.record.sources import (
     cold_start_rows,
     data_weeks,
-    distinct,
     exit_state,
     files_by_run,
     restore_weeks,
@@ -35,7 +34,7 @@ from tasks.poc.record.sources import (
     week_trials,
     weeks_of,
 )
-from tasks.window.weekly.model import verdict_text
+from tasks.window.weekly.model import distinct, verdict_text
 from tasks.window.weekly.restores import MEASURE as RESTORES
 from tasks.window.weekly.restores import section_json
 from tasks.window.weekly.rows import read_frames, week_report

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 
 from tasks.data.plan import Plan
-from tasks.poc.record.sources import distinct
+from tasks.window.weekly.model import distinct
 
 
 def version_of(fp_versions: Any, package: str) -> str:

@@ -63,10 +63,6 @@ def data_weeks(frames: Mapping[str, pd.DataFrame]) -> list[str]:
     return weeks_between(min(labels), max(labels)) if labels else []
 
 
-def distinct(series: pd.Series) -> list[str]:
-    return sorted(map(str, series.dropna().unique()))
-
-
 def cold_start_rows(
     trials: pd.DataFrame, week: str, segment: int, n_resamples: int
 ) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from tasks.data.arms import ARMS
 from tasks.data.jsonform import JsonForm
 from tasks.data.plan import Plan
 from tasks.experiments.clocks import MEASURE_CLOCKS, clock_problems
-from tasks.window.weekly.model import ok_trials
+from tasks.window.weekly.model import distinct, ok_trials
 
 Effect = Literal["blocks", "undecided", "warns"]
 Looked = list[tuple[str, pd.DataFrame]]
@@ -31,12 +31,6 @@ TRIAL_MEASURE_ROWS: dict[str, tuple[str, ...]] = {
     "recovery": ("recovery_s", "work_lost_gpu_h"),
     "overhead": ("overhead_pct",),
     "cold_start": ("cold_start_speedup",),
-}
-# The stage gate (gates.gate) whose rows each trial measure's checks read.
-STAGE_OF: dict[str, str] = {
-    "recovery": "recovery",
-    "overhead": "overhead",
-    "cold_start": "cold_start",
 }
 
 
@@ -81,8 +75,8 @@ def _failed_stage_gates(r: _Rows, match: Callable[[str], bool]) -> tuple[pd.Data
     rows = r.gates[r.gates["expectation"].astype(str).map(match).astype(bool)]
     failed = rows[rows["success"] == False]  # noqa: E712 (nullable Arrow booleans)
     by_measure: dict[str, list[str]] = {}
-    for measure, stage in STAGE_OF.items():
-        names = sorted(set(failed[failed["gate"] == stage]["expectation"].astype(str)))
+    for measure in TRIAL_MEASURE_ROWS:  # a stage's gate is named after its trial measure
+        names = sorted(set(failed[failed["gate"] == measure]["expectation"].astype(str)))
         if names:
             by_measure[measure] = names
     return rows, by_measure
@@ -245,10 +239,6 @@ MISTAKES: tuple[tuple[str, str, Effect, Callable[[_Rows], _Check]], ...] = (
     ),
     ("two_changes_at_once", "6. two changes at once", "blocks", _two_changes_at_once),
 )
-
-
-def distinct(series: pd.Series) -> list[str]:
-    return sorted(map(str, series.dropna().unique()))
 
 
 def six_mistakes(

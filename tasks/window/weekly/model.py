@@ -219,5 +219,10 @@ def ok_trials(trials: pd.DataFrame, measure: str, arm: str | None = None) -> pd.
     return rows if arm is None else rows[rows["arm"] == arm]
 
 
+def distinct(series: pd.Series) -> list[str]:
+    """A column's values as sorted strings, nulls dropped."""
+    return sorted(map(str, series.dropna().unique()))
+
+
 def runs_of(rows: pd.DataFrame) -> list[str]:
     return sorted(rows["run_id"].dropna().astype(str).unique())
