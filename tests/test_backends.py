@@ -53,5 +53,6 @@ def test_a_cluster_backend_is_its_kind_and_kubernetes_is_refused(tmp_path: Path)
 def test_a_fault_of_another_cluster_is_refused() -> None:
     with pytest.raises(BlastRadiusError, match=r"not a Slurm fault \(scancel, node-down"):
         fault_kind("sigkill", "slurm")
-    with pytest.raises(BlastRadiusError, match=r"not a local fault \(sigkill, sigkill-group\)"):
+    local = r"not a local fault \(sigkill, sigkill-group, sigterm-grace\)"
+    with pytest.raises(BlastRadiusError, match=local):
         fault_kind("node-down", "local")

@@ -23,8 +23,9 @@ import pytest
 from tasks.data.errors import BlastRadiusError
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
-from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError, PeriodicCheckpoints
+from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.checkpointers.none import NoCheckpointer
+from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder, read_journal
 from tasks.engine.clusters.local import LocalCluster
 from tasks.engine.paths import run_folder

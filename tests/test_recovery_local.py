@@ -143,7 +143,7 @@ def test_faults_refuse_what_the_run_does_not_own(tmp_path: Path) -> None:
     cluster = LocalCluster(list(plan.cluster.nodes), tmp_path / "run", REPO)
     stranger = WorkloadProcess("local-a", "managed", 1, tmp_path / "x.log")
     with pytest.raises(BlastRadiusError):
-        inject_fault(cluster, stranger, "sigkill", recorder, "t")
+        inject_fault(cluster, stranger, Fault(kind="sigkill"), recorder, "t")
     with pytest.raises(BlastRadiusError):
-        inject_fault(cluster, stranger, "scancel", recorder, "t")
+        inject_fault(cluster, stranger, Fault(kind="scancel"), recorder, "t")
     assert recorder.events(event="fault_injected") == []

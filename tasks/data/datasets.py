@@ -263,6 +263,11 @@ TRIALS = DatasetSpec(
         Column("job_id", S, doc="the scheduler's id of the interrupted job (Slurm)"),
         Column("recovery_job_id", S, doc="the job that brought it back, linked to job_id"),
         Column("fault_outcome", S, doc="what the scheduler or OS reported for the fault"),
+        # a fault with a notice (grace_s): did the managed arm's checkpoint on the notice beat
+        # the deadline (none: the arm takes none, as the unmanaged one)
+        Column("notice_checkpoint", S, allowed=("finished", "missed", "none")),
+        Column("notice_checkpoint_s", F64, min=0, doc="notice dump's seconds (or until cut)"),
+        Column("queued_s", F64, min=0, doc="waiting in the queue after a requeue"),
         # overhead: one timed run of the workload
         Column(
             "variant", S, allowed=("steady", "checkpointing"), doc="what an overhead run measures"

@@ -34,6 +34,15 @@ from tasks.data.errors import PlanError
 from tasks.data.plan_cluster import check_slurm_nodes
 from tasks.data.plan_dates import ANCHOR, PlanDate, PlanDates, anchor_for, dates_of
 
+# The fault kinds per cluster (tasks/data/plan_faults.py): re-exported from here.
+from tasks.data.plan_faults import (  # noqa: F401
+    ALL_FAULTS,
+    FAULTS_BY_CLUSTER,
+    MAX_GRACE_S,
+    NOTICE_FAULTS,
+    fault_problems,
+)
+
 # What a node snapshot observes (exit.watch, exit.allowed_changes): re-exported from here.
 from tasks.data.plan_watch import (  # noqa: F401
     DEFAULT_NAMES_ONLY,
@@ -79,13 +88,6 @@ log = logging.getLogger(__name__)
 
 # Relative paths in exit.uninstall (the demo's scripts/uninstall-criu) resolve against the repo.
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-FAULTS_BY_CLUSTER: dict[str, tuple[str, ...]] = {
-    "local": ("sigkill", "sigkill-group"),
-    "slurm": ("scancel", "node-down", "kill-step", "time-limit"),
-    "kubernetes": ("pod-delete", "node-drain"),
-}
-ALL_FAULTS = tuple(sorted({f for kinds in FAULTS_BY_CLUSTER.values() for f in kinds}))
 
 # Weeks of weekly utilization samples a verdict on utilization gain needs at the least.
 MIN_UTILIZATION_WEEKS = 4
@@ -237,6 +239,11 @@ class Fault(_Strict):
     # node-down only: how long the node stays down before the harness returns it to service
     # (a reboot, a repair); null means it never comes back within the trial.
     down_s: float | None = Field(default=0, ge=0, le=MAX_SECONDS, description="≤ a week")
+    # A fault with a notice: seconds from the notice (SIGTERM; the managed arm's checkpointer
+    # told) to SIGKILL, as a pod deletion's terminationGracePeriodSeconds or a spot notice.
+    grace_s: float | None = Field(
+        default=None, gt=0, le=MAX_GRACE_S, description="seconds, at most an hour"
+    )
 
     @field_validator("kind")
     @classmethod
@@ -440,15 +447,7 @@ class Plan(_Strict):
     @model_validator(mode="after")
     def _coherent(self) -> Plan:
         problems: list[str] = []
-        allowed = FAULTS_BY_CLUSTER[self.cluster.kind]
-        for i, fault in enumerate(self.faults):
-            if fault.kind not in allowed:
-                problems.append(
-                    f"faults.{i}.kind: {fault.kind!r} does not apply to a {self.cluster.kind} "
-                    f"cluster; use one of {', '.join(allowed)}"
-                )
-            if fault.kind != "node-down" and fault.down_s != 0:
-                problems.append(f"faults.{i}.down_s: only a node-down fault has a down time")
+        problems += fault_problems(self.faults, self.cluster.kind)
         problems += control_node_problems(self.exit.control_node, list(self.cluster.nodes))
         problems += self._decided_by_unset()
         need = self.success.utilization_gain.min_weeks

@@ -3,7 +3,9 @@
 `fault_injected` is recorded immediately before the fault is delivered. Anything the run did
 not start, or on a node the plan does not name, is refused (BlastRadiusError).
 
-Local: SIGKILL of the workload process, or of its whole process group.
+Local: SIGKILL of the workload process, or of its whole process group; `sigterm-grace`, a
+kill with a notice (the managed arm's checkpointer told, SIGTERM, SIGKILL after the plan's
+`grace_s`).
 Slurm: `scancel`; the node set DOWN while the job runs (Slurm ends it NODE_FAIL; the node
 returns to service after the plan's `down_s`); SIGKILL of the job's batch step
 (`scancel --batch --signal=KILL`); the time limit reached (the limit is cut to the next
@@ -19,10 +21,12 @@ FAULTS_BY_CLUSTER.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
 import time
+from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from tasks.data.errors import BlastRadiusError
@@ -65,6 +69,17 @@ class FaultKind(Generic[C, T]):
 # --- local ---------------------------------------------------------------------------------------
 
 
+def _own_copy(cluster: LocalCluster, proc: WorkloadProcess, group: bool) -> int:
+    """The copy's process group, once it is sure the copy is this run's; else refused."""
+    if proc.pid not in cluster.tracked or proc.slot not in cluster.nodes:
+        raise BlastRadiusError(f"pid {proc.pid} on {proc.slot!r} is not this run's workload copy")
+    pgid = os.getpgid(proc.pid)
+    if group and pgid != proc.pid:
+        # The copy runs as a session and group leader (setsid): its group is its own.
+        raise BlastRadiusError(f"pid {proc.pid} does not lead its process group {pgid}")
+    return pgid
+
+
 class _LocalSignal(FaultKind[LocalCluster, WorkloadProcess]):
     cluster = "local"
     group: ClassVar[bool]
@@ -73,14 +88,7 @@ class _LocalSignal(FaultKind[LocalCluster, WorkloadProcess]):
         self, cluster: LocalCluster, proc: WorkloadProcess, recorder: EventRecorder, trial_id: str
     ) -> Event:
         """SIGKILL the workload process, or its whole process group (its session's)."""
-        if proc.pid not in cluster.tracked or proc.slot not in cluster.nodes:
-            raise BlastRadiusError(
-                f"pid {proc.pid} on {proc.slot!r} is not this run's workload copy"
-            )
-        pgid = os.getpgid(proc.pid)
-        if self.group and pgid != proc.pid:
-            # The copy runs as a session and group leader (setsid): its group is its own.
-            raise BlastRadiusError(f"pid {proc.pid} does not lead its process group {pgid}")
+        pgid = _own_copy(cluster, proc, self.group)
         event = recorder.record(trial_id, proc.arm, "fault_injected", fault=self.kind, pid=proc.pid)
         if self.group:
             os.killpg(pgid, LOCAL_SIGNALS[self.kind])
@@ -95,6 +103,62 @@ class Sigkill(_LocalSignal):
 
 class SigkillGroup(_LocalSignal):
     kind, group = "sigkill-group", True
+
+
+# Told of a coming kill ``grace_s`` ahead: the deadline (monotonic s) it must beat. The managed
+# arm's checkpointer dumps there; what it returns is when the copy stopped computing (None: it
+# did not stop it).
+NoticeHandler = Callable[[float], Event | None]
+
+
+class SigtermGrace(FaultKind[LocalCluster, WorkloadProcess]):
+    """A kill with a notice: a Kubernetes pod deletion (SIGTERM, SIGKILL after
+    terminationGracePeriodSeconds) or a spot reclaim. At the notice (`fault_injected`) the
+    managed arm's checkpointer is told first (as a preStop hook runs before the SIGTERM);
+    then SIGTERM to the copy, and SIGKILL to its whole group at the deadline. `work_stopped`
+    records when the copy was seen gone and how. A copy is its PID namespace's init, which
+    ignores SIGTERM unless it handles it (as a container's PID 1 without an init does): one
+    that does not runs on to the SIGKILL."""
+
+    kind, cluster = "sigterm-grace", "local"
+    notice = True
+
+    def inject(
+        self, cluster: LocalCluster, proc: WorkloadProcess, recorder: EventRecorder, trial_id: str
+    ) -> Event:
+        raise BlastRadiusError(f"a {self.kind} fault needs its grace period: inject_with_notice")
+
+    def inject_with_notice(
+        self,
+        cluster: LocalCluster,
+        proc: WorkloadProcess,
+        recorder: EventRecorder,
+        trial_id: str,
+        grace_s: float,
+        on_notice: NoticeHandler | None,
+    ) -> Event:
+        pgid = _own_copy(cluster, proc, group=True)
+        event = recorder.record(
+            trial_id, proc.arm, "fault_injected", fault=self.kind, pid=proc.pid, grace_s=grace_s
+        )
+        deadline = time.monotonic() + grace_s
+        stopped = on_notice(deadline) if on_notice is not None else None
+        how = "ended by its notice checkpoint" if stopped is not None else ""
+        if proc.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGTERM)
+            recorder.record(trial_id, proc.arm, "sigterm_sent", pid=proc.pid)
+            how = "exited on SIGTERM"
+        while proc.alive() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        if proc.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            recorder.record(trial_id, proc.arm, "sigkill_sent", pid=proc.pid, pgid=pgid)
+            how = "killed at the deadline"
+            cluster.wait_gone(proc, timeout=5)
+        recorder.record(trial_id, proc.arm, "work_stopped", how=how or "ended", pid=proc.pid)
+        return event
 
 
 # --- Slurm ---------------------------------------------------------------------------------------
@@ -180,7 +244,16 @@ class TimeLimit(_SlurmFault):
 # --- the registry --------------------------------------------------------------------------------
 
 FAULTS: dict[str, FaultKind[Any, Any]] = {
-    f.kind: f for f in (Sigkill(), SigkillGroup(), Scancel(), NodeDown(), KillStep(), TimeLimit())
+    f.kind: f
+    for f in (
+        Sigkill(),
+        SigkillGroup(),
+        SigtermGrace(),
+        Scancel(),
+        NodeDown(),
+        KillStep(),
+        TimeLimit(),
+    )
 }
 
 
@@ -201,7 +274,19 @@ def fault_kind(kind: str, cluster_kind: str) -> FaultKind[Any, Any]:
 
 
 def inject_fault(
-    cluster: Cluster, target: Any, kind: str, recorder: EventRecorder, trial_id: str
+    cluster: Cluster,
+    target: Any,
+    fault: Fault,
+    recorder: EventRecorder,
+    trial_id: str,
+    on_notice: NoticeHandler | None = None,
 ) -> Event:
-    """Deliver one fault of ``kind`` to ``target`` (a process, a job) of this run's cluster."""
-    return fault_kind(kind, cluster.kind).inject(cluster, target, recorder, trial_id)
+    """Deliver one fault to ``target`` (a process, a job) of this run's cluster; a fault
+    with a notice tells ``on_notice`` first (its grace period is the plan's)."""
+    found = fault_kind(fault.kind, cluster.kind)
+    if isinstance(found, SigtermGrace):
+        assert fault.grace_s is not None  # the plan requires it
+        return found.inject_with_notice(
+            cluster, target, recorder, trial_id, fault.grace_s, on_notice
+        )
+    return found.inject(cluster, target, recorder, trial_id)

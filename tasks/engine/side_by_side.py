@@ -28,7 +28,8 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import Checkpointer, ensure_runs_on, managed_checkpointer
-from tasks.engine.checkpointers.criu import PeriodicCheckpoints, clean_dead_roots
+from tasks.engine.checkpointers.criu import clean_dead_roots
+from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
 from tasks.engine.paths import copy_argv, run_folder

@@ -30,7 +30,8 @@ from tasks.data.gates import CheckResult, plain_check
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on, managed_checkpointer
-from tasks.engine.checkpointers.criu import CriuError, PeriodicCheckpoints, clean_dead_roots
+from tasks.engine.checkpointers.criu import CriuError, clean_dead_roots
+from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.local import LocalCluster
 from tasks.engine.paths import copy_argv, run_folder

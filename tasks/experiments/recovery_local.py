@@ -8,11 +8,13 @@ from typing import Any
 
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Fault
-from tasks.engine.checkpointers.base import managed_checkpointer
-from tasks.engine.checkpointers.criu import CriuError, PeriodicCheckpoints
+from tasks.engine.checkpointers.base import Checkpointer, managed_checkpointer
+from tasks.engine.checkpointers.criu import CriuError
 from tasks.engine.checkpointers.none import NoCheckpointer
+from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
+from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
-from tasks.engine.faults import inject_fault
+from tasks.engine.faults import NoticeHandler, inject_fault
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import PreflightResult, preflight_local
 from tasks.engine.probes import LogProgressProbe, last_step_before
@@ -75,7 +77,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         wait_for_step(probe, proc.alive, setup.fault_step, setup.timeout_s)
         if periodic:
             periodic.stop()  # no dump in flight when the fault lands
-        fault_ev = inject_fault(cluster, proc, fault.kind, rec, trial)
+        fault_ev = _deliver(fault, cluster, proc, criu, rec, row)
         gone_ns = _wait_gone(proc, cluster, timeout=setup.fault_timeout_s)
         if gone_ns is None:
             raise TrialFailed(
@@ -84,7 +86,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             )
         detected = rec.record(trial, arm, "detected", pid=proc.pid)
         row["detect_latency_ms"] = (detected.t_mono_ns - gone_ns) / 1e6
-        row["fault_outcome"] = "process gone"
+        row["fault_outcome"], stopped = _outcome(fault, rec, trial, arm, row)
         killed_at = end_torn_line(proc.log)
         step_at_fault = last_step_before(proc.log, killed_at, regex)
         started = rec.record(trial, arm, "started", slot=slot)
@@ -114,7 +116,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             new = arm_ckpt.restart(cluster, slot, argv, tag=trial)
             restored = rec.record(trial, arm, "restored", pid=new.pid)  # the fresh process
         moments = Moments(
-            fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step
+            fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step, stopped
         )
         serve_and_measure(row, setup, probe, proc.log, killed_at, moments)
     except (TrialFailed, CriuError, CkptPocError) as exc:
@@ -126,6 +128,58 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             probe.stop()
         cluster.stop_all()
     return row
+
+
+def _deliver(
+    fault: Fault,
+    cluster: LocalCluster,
+    proc: WorkloadProcess,
+    criu: Checkpointer | None,
+    rec: EventRecorder,
+    row: dict[str, Any],
+) -> Event:
+    """The fault; one with a notice tells the managed arm's checkpointer first."""
+    if fault.grace_s is None:
+        return inject_fault(cluster, proc, fault, rec, row["trial_id"])
+    if criu is None:
+        row["notice_checkpoint"] = "none"
+    on_notice = notice_checkpoint(criu, proc, rec, row)
+    return inject_fault(cluster, proc, fault, rec, row["trial_id"], on_notice)
+
+
+def notice_checkpoint(
+    criu: Checkpointer | None, proc: WorkloadProcess, rec: EventRecorder, row: dict[str, Any]
+) -> NoticeHandler | None:
+    """The managed arm on a notice: dump at once (CRIU ends the copy once dumped), within
+    the deadline; one still running then is cut, and the arm falls back to its last periodic
+    checkpoint. Returns the dump's start: when the copy stopped computing."""
+    if criu is None:
+        return None
+
+    def on_notice(deadline: float) -> Event | None:
+        t0 = time.monotonic()
+        try:
+            point = criu.dump(proc, leave_running=False, timeout=max(0.001, deadline - t0))
+        except CriuError:
+            row.update(notice_checkpoint="missed", notice_checkpoint_s=time.monotonic() - t0)
+            return None
+        row.update(notice_checkpoint="finished", notice_checkpoint_s=point.dump_s)
+        return checkpoint_started(rec, row["trial_id"], point.index)
+
+    return on_notice
+
+
+def _outcome(
+    fault: Fault, rec: EventRecorder, trial: str, arm: str, row: dict[str, Any]
+) -> tuple[str, Event | None]:
+    """How the fault ended the copy; after a notice, also when the copy stopped computing:
+    its notice dump's start (a finished one froze it there), else when it was seen gone."""
+    if fault.grace_s is None:
+        return "process gone", None
+    gone = rec.events(trial, arm, "work_stopped")[-1]
+    if row.get("notice_checkpoint") == "finished":
+        return gone.detail["how"], rec.events(trial, arm, "checkpoint_start")[-1]
+    return gone.detail["how"], gone
 
 
 def preflight_local_trial(setup: TrialSetup, timeout_s: float) -> PreflightResult:

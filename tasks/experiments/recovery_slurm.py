@@ -177,7 +177,7 @@ def _fault_and_release(
     rec, cluster, trial = setup.recorder, setup.cluster, row["trial_id"]
     assert isinstance(cluster, SlurmCluster)
     fault_type = fault_kind(fault.kind, cluster.kind)
-    fault_ev = inject_fault(cluster, job, fault.kind, rec, trial)
+    fault_ev = inject_fault(cluster, job, fault, rec, trial)
     # A fault Slurm delivers at its own next check (a time limit) gets the longer wait.
     grace = setup.fault_timeout_s + fault_type.detect_grace_s
     ended = cluster.wait_until(job, lambda s: s != "RUNNING", grace)

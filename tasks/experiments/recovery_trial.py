@@ -58,6 +58,9 @@ class Moments:
     recoverable: Event  # when the state recovery resumes from was the workload's
     step_at_fault: int | None
     resume_step: int
+    # A fault with a notice: when the copy stopped computing (its notice dump froze it, or it
+    # was seen gone); work lost runs to it, not to the notice.
+    stopped: Event | None = None
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,7 @@ def serve_and_measure(
         raise TrialFailed(
             f"resumed at step {first_new}, its recoverable point held {m.resume_step}"
         )
-    lost_s = span_s(m.recoverable, m.fault)
+    lost_s = max(0.0, span_s(m.recoverable, m.stopped or m.fault))
     if row.get("restore"):
         row["restore"] = "ok"
     row.update(

@@ -31,8 +31,11 @@ class Checkpointer(Protocol):
 
     def record(self, event: str, **detail: object) -> Event: ...
 
-    def dump(self, proc: WorkloadProcess) -> Checkpoint:
-        """Take one checkpoint of the running copy (the copy runs on afterwards)."""
+    def dump(
+        self, proc: WorkloadProcess, *, leave_running: bool = True, timeout: float | None = None
+    ) -> Checkpoint:
+        """Take one checkpoint of the running copy (it runs on afterwards, unless
+        ``leave_running`` is off: a notice's dump ends it), within ``timeout`` seconds."""
         ...
 
     def complete(self) -> list[Checkpoint]: ...

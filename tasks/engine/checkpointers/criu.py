@@ -27,9 +27,10 @@ import subprocess
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from tasks.data.errors import CkptPocError
 from tasks.data.fingerprint import criu_binary
@@ -300,9 +301,12 @@ class CriuCheckpointer:
                 reaper.forget(proc.pid)
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
-    def dump(self, proc: WorkloadProcess, *, leave_running: bool = True) -> Checkpoint:
+    def dump(
+        self, proc: WorkloadProcess, *, leave_running: bool = True, timeout: float | None = None
+    ) -> Checkpoint:
         """One full dump, leaving the workload running (``leave_running``; else CRIU ends it
-        once dumped, as a fault would); raises CriuError on failure."""
+        once dumped, as a fault would); raises CriuError on failure, or once ``timeout``
+        seconds went by (a notice's deadline: CRIU is killed, the dump counts for nothing)."""
         with self._lock:
             index, self._next = self._next, self._next + 1
             folder = self.root / f"ckpt-{index:05d}"
@@ -310,7 +314,8 @@ class CriuCheckpointer:
             held = folder / "held-log-bytes"
             start = self.record("checkpoint_start", index=index, pid=proc.pid)
             t0 = time.monotonic()
-            done = self._run(
+            done = self._run_dump(
+                folder,
                 [
                     self.binary,
                     "dump",
@@ -333,6 +338,7 @@ class CriuCheckpointer:
                     **(open_files.action_env(proc.pid, folder) if leave_running else {}),
                 },
                 reaper=proc.reaper,
+                timeout=timeout,
             )
             dump_s = time.monotonic() - t0
             if done.returncode != 0:
@@ -366,6 +372,15 @@ class CriuCheckpointer:
             )
             self._prune()
             return ckpt
+
+    def _run_dump(self, folder: Path, argv: list[str], **kw: Any) -> subprocess.CompletedProcess:
+        """CRIU's dump; one that ran out of time leaves no folder behind (nothing to restore)."""
+        try:
+            return self._run(argv, **kw)
+        except CriuError as exc:
+            self.record("checkpoint_failed", index=self._index(folder), rc=None, log_tail=str(exc))
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
 
     def _dump_failed(self, proc: WorkloadProcess, index: int, folder: Path, rc: int) -> CriuError:
         """Record a failed dump, keep its log, drop its folder; the error to raise."""
@@ -522,76 +537,3 @@ def _gone_soon(proc: WorkloadProcess, within_s: float = 1.0) -> bool:
             return False
         time.sleep(0.01)
     return True
-
-
-class PeriodicCheckpoints:
-    """Dump every ``interval_s`` on a schedule; a tick that comes while a dump still runs is
-    recorded as `checkpoint_skipped`, never queued behind it.
-
-    A failed dump (CriuError) is recorded in ``errors`` and the schedule goes on. Anything
-    else that ends the thread is a bug or a bad setting: it is kept in ``failure``, recorded
-    as `thread_failed`, and raised by ``check()`` or ``stop()``, so the run fails with it
-    instead of going on with no checkpoints."""
-
-    def __init__(
-        self,
-        checkpointer: CriuCheckpointer,
-        proc: WorkloadProcess,
-        interval_s: float,
-        on_failure: Callable[[BaseException], object] | None = None,
-    ) -> None:
-        self.checkpointer, self.proc, self.interval_s = checkpointer, proc, interval_s
-        self._on_failure = on_failure  # for a caller blocked elsewhere (a Slurm job's wait)
-        self.errors: list[CriuError] = []
-        self.failure: BaseException | None = None
-        self._raised = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="checkpoints", daemon=True)
-
-    def start(self) -> PeriodicCheckpoints:
-        self._thread.start()
-        return self
-
-    def check(self) -> None:
-        """Raise the exception that ended the thread, once (a caller's cleanup that calls
-        ``stop()`` again then still runs to its end)."""
-        if self.failure is not None and not self._raised:
-            self._raised = True
-            raise self.failure
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=120)
-        self.check()
-
-    def _run(self) -> None:
-        try:
-            self._dump_on_schedule()
-        except BaseException as exc:
-            self.failure = exc
-            with contextlib.suppress(Exception):  # the failure is kept even if this fails
-                self.checkpointer.record(
-                    "thread_failed", thread=self._thread.name, error=repr(exc)[:2000]
-                )
-            if self._on_failure is not None:
-                self._on_failure(exc)
-
-    def _dump_on_schedule(self) -> None:
-        origin = time.monotonic()
-        tick = 1
-        while not self._stop.wait(max(0.0, origin + tick * self.interval_s - time.monotonic())):
-            if not self.proc.alive():
-                return
-            try:
-                self.checkpointer.dump(self.proc)
-            except CriuError as exc:
-                self.errors.append(exc)
-            # Ticks that fell due while that dump ran are skipped, and recorded as such.
-            due = int((time.monotonic() - origin) // self.interval_s)
-            if due > tick:
-                self.checkpointer.record(
-                    "checkpoint_skipped",
-                    ticks=due - tick,
-                    reason="previous dump still running",
-                )
-            tick = due + 1

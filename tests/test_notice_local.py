@@ -1,0 +1,88 @@
+"""A kill with a notice on the local engine (`sigterm-grace`), real CRIU, both arms.
+
+At the notice the managed arm's checkpointer dumps at once; with a grace period that holds the
+dump, the managed copy comes back exactly at the step its notice checkpoint held (nothing lost
+but the dump's own moment). A grace period shorter than the dump is a missed deadline: the
+dump is cut, the copy is killed at the deadline, and it comes back from its last periodic
+checkpoint, work lost counted from there, never reported as a success of the notice.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tasks.data.errors import PlanError
+from tasks.data.plan import Fault, load_plan
+from tasks.data.runctx import make_run_context
+from tasks.experiments.recovery import run_recovery
+from tests.conftest import REPO, demo_plan_dict
+
+pytestmark = pytest.mark.criu
+
+
+def _trials(tmp_path: Path, grace_s: float, monkeypatch, criu_binary: str) -> pd.DataFrame:
+    monkeypatch.setenv("CKPT_POC_CRIU", criu_binary)
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={
+            "data_dir": str(tmp_path / "data"),
+            "faults": [Fault(kind="sigterm-grace", grace_s=grace_s)],
+            "repeats": 1,
+        }
+    )
+    ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
+    return run_recovery(plan, ctx, timeout_s=60).trials.set_index("arm")
+
+
+def test_a_notice_with_time_to_checkpoint_loses_nothing_on_the_managed_arm(
+    tmp_path: Path, monkeypatch, criu_binary: str
+) -> None:
+    # 2 s: ten times the demo workload's dump here, and well short of the run it has left.
+    trials = _trials(tmp_path, 2.0, monkeypatch, criu_binary)
+    assert (trials["status"] == "ok").all(), trials["reason"].tolist()
+    managed, unmanaged = trials.loc["managed"], trials.loc["unmanaged"]
+    assert managed["notice_checkpoint"] == "finished"
+    assert 0 < managed["notice_checkpoint_s"] < 2
+    # It resumed at the step the notice checkpoint held: the copy was frozen by the dump and
+    # ended by CRIU, so not one step was computed after it.
+    assert managed["steps_lost"] == 0 and managed["recoverable_point"] == "checkpoint"
+    assert managed["work_lost_s"] < 0.1
+    # The unmanaged copy got the SIGTERM and ran on: it is its PID namespace's init, which
+    # ignores a signal it has no handler for (a container's PID 1 without an init does the
+    # same). SIGKILL at the deadline; back from its own last checkpoint, the steps since lost.
+    assert unmanaged["notice_checkpoint"] == "none"
+    assert unmanaged["recoverable_point"] == "app_checkpoint"
+    assert unmanaged["fault_outcome"] == "killed at the deadline"
+    assert unmanaged["steps_lost"] > 0 and unmanaged["work_lost_s"] > 0
+    assert managed["fault_outcome"] == "ended by its notice checkpoint"
+    assert set(trials["clock"]) == {"fault_injected→serving_again"}
+
+
+def test_a_notice_too_short_for_the_dump_is_a_missed_deadline(
+    tmp_path: Path, monkeypatch, criu_binary: str
+) -> None:
+    # 1 ms: no CRIU dump of a Python process finishes in that (its start-up alone is longer).
+    trials = _trials(tmp_path, 0.001, monkeypatch, criu_binary)
+    managed = trials.loc["managed"]
+    assert managed["status"] == "ok", managed["reason"]
+    assert managed["notice_checkpoint"] == "missed"
+    assert managed["notice_checkpoint_s"] >= 0
+    assert managed["fault_outcome"] == "killed at the deadline"
+    # Back from the last periodic checkpoint: the steps since it are lost, and counted.
+    assert managed["recoverable_point"] == "checkpoint"
+    assert managed["steps_lost"] > 0 and managed["work_lost_s"] > 0
+
+
+def test_plan_check_wants_a_grace_period_with_a_notice_fault_only(tmp_path: Path) -> None:
+    plan = demo_plan_dict()
+    plan["faults"] = [{"kind": "sigterm-grace"}, {"kind": "sigkill", "grace_s": 5}]
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan, sort_keys=False))
+    with pytest.raises(PlanError) as bad:
+        load_plan(path)
+    text = str(bad.value)
+    assert "faults.0.grace_s: a sigterm-grace fault needs its grace period" in text
+    assert "faults.1.grace_s: only a fault with a notice has a grace period" in text
