@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -172,7 +173,7 @@ def _slurm_plan(tmp_path: Path) -> tuple[Plan, Path]:
         "kind: local\n  nodes: [local-a, local-b]\n  queue: demo",
         "kind: slurm\n  nodes: [ckpt-node1]\n  queue: poc",
     )
-    text = text.replace("  - kind: sigkill\n  - kind: sigkill-group", "  - kind: scancel")
+    text = re.sub(r"(?ms)^faults:\n.*?^repeats:", "faults:\n  - kind: scancel\n\nrepeats:", text)
     # What this test's snapshots watch: the prefix root and the cluster's configuration.
     etc = Path(os.environ["SLURM_CONF"]).parent
     text = text.replace(

@@ -41,7 +41,9 @@ def checkpoint_rows(events: list[Event], plan: Plan, node: str) -> pd.DataFrame:
             "repeat": index,
             "started_at": start.t_wall,
             "clock": clock_of("checkpoint", e.arm),
-            "includes": "one full CRIU dump, the workload left running",
+            "includes": "one full CRIU dump, the workload left running"
+            if start.detail.get("leave_running", True)
+            else "one full CRIU dump that ended the workload (on a notice)",
             "gpus": plan.workload.gpus,
             "gpus_from": "plan",
             "nodes": node,

@@ -312,7 +312,9 @@ class CriuCheckpointer:
             folder = self.root / f"ckpt-{index:05d}"
             folder.mkdir()
             held = folder / "held-log-bytes"
-            start = self.record("checkpoint_start", index=index, pid=proc.pid)
+            start = self.record(
+                "checkpoint_start", index=index, pid=proc.pid, leave_running=leave_running
+            )
             t0 = time.monotonic()
             done = self._run_dump(
                 folder,

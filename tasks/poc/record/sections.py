@@ -20,6 +20,9 @@ from tasks.poc.record.document import Doc
 from tasks.poc.record.figures import add_extrapolation_inputs, add_figures
 from tasks.poc.record.method import method_lines
 from tasks.poc.record.sources import FIGURE_SOURCES, files_of
+from tasks.window.weekly.interruptions import HEADS as LOSS_HEADS
+from tasks.window.weekly.interruptions import TITLE as INTERRUPTIONS
+from tasks.window.weekly.interruptions import interruption_section
 from tasks.window.weekly.mistakes import GateResult
 from tasks.window.weekly.model import TITLES, verdict_text
 from tasks.window.weekly.render import CHANGE_HEADS, change_rows
@@ -304,6 +307,14 @@ def _baseline(d: Doc, f: Facts) -> None:
     )
 
 
+def _interruptions(d: Doc, f: Facts) -> None:
+    """The baseline's exposure beside the work each arm lost per interruption, by fault."""
+    section = interruption_section(f.frames["exposure"], f.frames["trials"])
+    d.p(section.line)
+    if section.rows:
+        d.table(LOSS_HEADS, section.rows)
+
+
 LEFTOVER_COLUMNS = ("node", "class", "kind", "key", "change", "before", "after", "reason")
 
 
@@ -449,6 +460,7 @@ WRITERS: tuple[tuple[str, Callable[[Doc, Facts], None]], ...] = (
     ("Measured and extrapolated", _measured_and_extrapolated),
     ("The six mistakes", _six_mistakes),
     ("Baseline", _baseline),
+    (INTERRUPTIONS, _interruptions),
     ("The way out", _way_out),
     ("Change points and gaps", _change_points_and_gaps),
     ("Weeks", _weeks),

@@ -27,6 +27,9 @@ from tasks.data.render import (
     write_atomically,
 )
 from tasks.experiments.report import verdict_line
+from tasks.window.weekly.interruptions import HEADS as LOSS_HEADS
+from tasks.window.weekly.interruptions import TITLE as INTERRUPTIONS
+from tasks.window.weekly.interruptions import InterruptionSection
 from tasks.window.weekly.model import TITLES, compare, verdict_text
 from tasks.window.weekly.plots import Chart, plots
 from tasks.window.weekly.restores import (
@@ -250,6 +253,7 @@ def weekly_markdown(
     gaps: Sequence[Mapping[str, Any]],
     html_path: str | Path | None,
     compatibility: CompatSection | None = None,
+    interruptions: InterruptionSection | None = None,
 ) -> str:
     recs = records(rows)
     week = recs[0]["week"] if recs else "?"
@@ -289,6 +293,9 @@ def weekly_markdown(
         lines.append("- none")
     if compatibility is not None:
         lines += ["", *section_markdown(compatibility)]
+    if interruptions is not None:
+        lines += ["", f"## {INTERRUPTIONS}", "", interruptions.line, ""]
+        lines += markdown_table(LOSS_HEADS, interruptions.rows) if interruptions.rows else []
     if html_path:
         lines += ["", f"The full page (plots): `{html_path}`"]
     return "\n".join(lines)
@@ -313,6 +320,7 @@ def weekly_html(
     *,
     title: str = "",
     compatibility: CompatSection | None = None,
+    interruptions: InterruptionSection | None = None,
 ) -> Path:
     """A self-contained page (figures as inline SVG, every text escaped), written atomically."""
     e = html.escape
@@ -345,6 +353,10 @@ def weekly_html(
     parts.append(html_table(GAP_HEADS, gap_rows) if gaps else "<p>none</p>")
     if compatibility is not None:
         parts += compatibility_html(compatibility)
+    if interruptions is not None:
+        parts += [f"<h2>{e(INTERRUPTIONS)}</h2>", f"<p>{e(interruptions.line)}</p>"]
+        if interruptions.rows:
+            parts.append(html_table(LOSS_HEADS, interruptions.rows))
     page = html_page(f"{title} weekly report {week}".strip(), _CSS, parts)
     return write_atomically(out_path, page.encode("utf-8"))
 

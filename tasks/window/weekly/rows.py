@@ -25,6 +25,7 @@ from tasks.data.plan import Plan
 from tasks.data.store import normalise_dtypes, read_dataset
 from tasks.data.weeks import week_labels
 from tasks.window.weekly.extrapolation import extrapolated_rows
+from tasks.window.weekly.interruptions import InterruptionSection, interruption_section
 from tasks.window.weekly.measures import (
     checkpoint_rows,
     cold_start_row,
@@ -133,6 +134,7 @@ class WeekReport:
     gaps: list[dict[str, Any]]
     gates: list[GateResult]
     compatibility: CompatSection
+    interruptions: InterruptionSection
 
 
 def weekly_report_rows(
@@ -186,7 +188,8 @@ def week_report(
     rows = pd.DataFrame(c.rows, columns=[*ROW_COLUMNS, *EXTRA_COLUMNS])
     gaps = _gaps(_frame(frames, "sample_gaps"), week)
     section = compatibility_section(compat, week, versions)
-    return WeekReport(rows, segs.change_points, gaps, gate_results, section)
+    interruptions = interruption_section(_frame(frames, "exposure"), pooled)
+    return WeekReport(rows, segs.change_points, gaps, gate_results, section, interruptions)
 
 
 @dataclass

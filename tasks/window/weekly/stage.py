@@ -66,6 +66,7 @@ def build_weekly_report(
         html_path(ctx.data_dir, ctx.poc, week),
         title=f"{plan.poc} / {plan.workload.name}",
         compatibility=report.compatibility,
+        interruptions=report.interruptions,
     )
     out = rows[list(ROW_COLUMNS)].copy()
     for col, value in ctx.stamp().items():
@@ -95,7 +96,10 @@ def build_weekly_report(
         "change_points": change_points,
         "gaps": gaps,
         "html": str(page),
-        "markdown": weekly_markdown(rows, change_points, gaps, page, report.compatibility),
+        "markdown": weekly_markdown(
+            rows, change_points, gaps, page, report.compatibility, report.interruptions
+        ),
+        "interruptions": {"line": report.interruptions.line, "rows": report.interruptions.rows},
         "table": weekly_table_rows(rows),
         "compatibility": section_json(report.compatibility),
     }
