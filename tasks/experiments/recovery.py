@@ -35,11 +35,13 @@ from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.base import Cluster, cluster_for
+from tasks.engine.clusters.local import LocalCluster
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, PreflightResult
 from tasks.experiments import trials as experiments
 from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.clocks import same_clock_check
+from tasks.experiments.deadline import run_deadline_sweep
 from tasks.experiments.recovery_local import LOCAL_TRIALS
 from tasks.experiments.recovery_slurm import SLURM_TRIALS
 from tasks.experiments.recovery_trial import (
@@ -122,6 +124,11 @@ def preflight(setup: TrialSetup, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> Pref
     return TRIAL_RUNNERS[setup.plan.cluster.kind].preflight(setup, timeout_s)
 
 
+def needs_deadline_sweep(plan: Plan) -> bool:
+    """A local plan with a notice fault: what its grace period holds is measured here."""
+    return plan.cluster.kind == "local" and any(f.grace_s is not None for f in plan.faults)
+
+
 def run_recovery(
     plan: Plan,
     ctx: RunContext,
@@ -158,6 +165,9 @@ def run_recovery(
                     break
             if stopped:
                 break
+        if not stopped and needs_deadline_sweep(plan):
+            assert isinstance(setup.cluster, LocalCluster)
+            run_deadline_sweep(plan, run_folder(ctx), setup.cluster, setup.recorder)
     finally:
         setup.cluster.stop_all()
         setup.cluster.close()  # a local cluster's reaper: nothing left to end

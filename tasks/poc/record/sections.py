@@ -309,10 +309,12 @@ def _baseline(d: Doc, f: Facts) -> None:
 
 def _interruptions(d: Doc, f: Facts) -> None:
     """The baseline's exposure beside the work each arm lost per interruption, by fault."""
-    section = interruption_section(f.frames["exposure"], f.frames["trials"])
+    section = interruption_section(f.plan, f.frames["exposure"], f.frames["trials"])
     d.p(section.line)
     if section.rows:
         d.table(LOSS_HEADS, section.rows)
+    for line in section.holds:
+        d.p(line[0].upper() + line[1:] + ".")
 
 
 LEFTOVER_COLUMNS = ("node", "class", "kind", "key", "change", "before", "after", "reason")

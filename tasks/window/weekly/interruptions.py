@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from tasks.data.plan import Plan
 from tasks.data.render import number
+from tasks.experiments.deadline import grace_lines
 
 # The final states whose GPU-hours a notice could have saved: a time limit, a preemption.
 NOTICE_STATES = ("TIMEOUT", "PREEMPTED")
@@ -113,10 +115,15 @@ class InterruptionSection:
 
     line: str
     rows: list[list[str]]
+    holds: list[str]  # what each notice fault's grace period holds (tasks/experiments/deadline)
 
 
-def interruption_section(exposure: pd.DataFrame, trials: pd.DataFrame) -> InterruptionSection:
-    return InterruptionSection(against_baseline(exposure, trials), loss_rows(trials))
+def interruption_section(
+    plan: Plan, exposure: pd.DataFrame, trials: pd.DataFrame
+) -> InterruptionSection:
+    return InterruptionSection(
+        against_baseline(exposure, trials), loss_rows(trials), grace_lines(plan, trials)
+    )
 
 
 TITLE = "Interruptions against the baseline"

@@ -296,6 +296,7 @@ def weekly_markdown(
     if interruptions is not None:
         lines += ["", f"## {INTERRUPTIONS}", "", interruptions.line, ""]
         lines += markdown_table(LOSS_HEADS, interruptions.rows) if interruptions.rows else []
+        lines += [f"- {h}" for h in interruptions.holds]
     if html_path:
         lines += ["", f"The full page (plots): `{html_path}`"]
     return "\n".join(lines)
@@ -357,6 +358,7 @@ def weekly_html(
         parts += [f"<h2>{e(INTERRUPTIONS)}</h2>", f"<p>{e(interruptions.line)}</p>"]
         if interruptions.rows:
             parts.append(html_table(LOSS_HEADS, interruptions.rows))
+        parts += [f"<p>{e(h)}</p>" for h in interruptions.holds]
     page = html_page(f"{title} weekly report {week}".strip(), _CSS, parts)
     return write_atomically(out_path, page.encode("utf-8"))
 

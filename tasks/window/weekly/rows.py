@@ -188,7 +188,7 @@ def week_report(
     rows = pd.DataFrame(c.rows, columns=[*ROW_COLUMNS, *EXTRA_COLUMNS])
     gaps = _gaps(_frame(frames, "sample_gaps"), week)
     section = compatibility_section(compat, week, versions)
-    interruptions = interruption_section(_frame(frames, "exposure"), pooled)
+    interruptions = interruption_section(plan, _frame(frames, "exposure"), pooled)
     return WeekReport(rows, segs.change_points, gaps, gate_results, section, interruptions)
 
 

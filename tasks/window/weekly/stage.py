@@ -99,7 +99,11 @@ def build_weekly_report(
         "markdown": weekly_markdown(
             rows, change_points, gaps, page, report.compatibility, report.interruptions
         ),
-        "interruptions": {"line": report.interruptions.line, "rows": report.interruptions.rows},
+        "interruptions": {
+            "line": report.interruptions.line,
+            "rows": report.interruptions.rows,
+            "holds": report.interruptions.holds,
+        },
         "table": weekly_table_rows(rows),
         "compatibility": section_json(report.compatibility),
     }
