@@ -7,6 +7,7 @@ from prefect.cache_policies import NO_CACHE
 
 from flows.common import run_name
 from tasks.data.plan import Plan, load_plan
+from tasks.experiments.deadline import grace_warnings
 
 
 @task(name="ensure_plan_is_valid", cache_policy=NO_CACHE)
@@ -20,11 +21,12 @@ def plan_check(plan_path: str) -> dict[str, str]:
     plan = ensure_plan_is_valid(plan_path)
     # A check that could not run (sinfo absent or silent) is said in the run's log and result:
     # "valid" then means "valid as far as this machine could tell".
-    for warning in plan.check_warnings:
+    warnings = [*plan.check_warnings, *grace_warnings(plan)]  # the latter: vs what was measured
+    for warning in warnings:
         print(f"warning: {warning}")
     return {
         "poc": plan.poc,
         "cluster": plan.cluster.kind,
         "checkpointer": plan.checkpointer.kind,
-        "warnings": "\n".join(plan.check_warnings),
+        "warnings": "\n".join(warnings),
     }

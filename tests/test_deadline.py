@@ -46,3 +46,34 @@ def test_fit_reads_fixed_cost_and_throughput_and_labels_what_is_extrapolated() -
 def test_no_fit_from_one_size_or_failed_dumps() -> None:
     assert deadline_fit(_dumps([(64, 0.2), (64, 0.21)])) is None
     assert deadline_fit(_dumps([(0, 0.1), (64, 0.2)], status="failed")) is None
+
+
+def test_plan_check_warns_when_a_grace_is_shorter_than_the_dumps_measured(
+    tmp_path, write_plan, monkeypatch
+) -> None:
+    from typer.testing import CliRunner
+
+    from cli.app import app
+    from tasks.data.plan import load_plan
+    from tasks.experiments.deadline import grace_warnings
+    from tasks.experiments.trials import workload_hash
+    from tests.test_poc import _commit
+
+    monkeypatch.delenv("PREFECT_API_URL", raising=False)
+    path = write_plan({"faults": [{"kind": "sigkill"}, {"kind": "sigterm-grace", "grace_s": 0.05}]})
+    plan = load_plan(path)
+    assert grace_warnings(plan) == []  # nothing measured yet: nothing said
+    dumps = [
+        {"measure": "checkpoint", "status": "ok", "trial_id": f"sigkill-0/ckpt-{i}",
+         "dump_s": s, "workload_hash": workload_hash(plan)}
+        for i, s in enumerate((0.11, 0.12, 0.2))
+    ]  # fmt: skip
+    _commit(plan, "recovery", {"trials": dumps})
+    want = (
+        "faults.1.grace_s: 0.05 s is shorter than the median CRIU dump of digits-train "
+        "measured here (0.120 s over 3 dumps): a checkpoint on the notice would miss its deadline"
+    )
+    assert grace_warnings(plan) == [want]
+    done = CliRunner().invoke(app, ["plan", "check", str(path)])
+    assert done.exit_code == 0, done.output
+    assert want in " ".join(done.output.split())

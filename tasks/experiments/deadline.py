@@ -19,12 +19,15 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from tasks.data.datasets import TRIALS
 from tasks.data.plan import Plan
+from tasks.data.store import read_dataset
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import LocalCluster
 from tasks.engine.probes import wait_ready
 from tasks.experiments.compatibility_copy import free_port
+from tasks.experiments.trials import workload_hash
 
 SIZES_MB = (0, 64, 256)
 REPEATS = 3
@@ -143,3 +146,34 @@ def grace_lines(plan: Plan, trials: pd.DataFrame) -> list[str]:
     if fit is None:
         return ["No deadline sweep to read what a grace period holds (under two sizes dumped)."]
     return [fit.holds(g).line for g in graces]
+
+
+def grace_warnings(plan: Plan) -> list[str]:
+    """``faults.N.grace_s: …`` for each notice fault whose grace period is shorter than the
+    median CRIU dump of the plan's workload committed so far (a notice checkpoint would
+    miss its deadline); nothing measured yet, nothing said."""
+    graces = [(i, f.grace_s) for i, f in enumerate(plan.faults) if f.grace_s is not None]
+    if not graces:
+        return []
+    trials = read_dataset(
+        TRIALS,
+        data_dir=plan.data_dir,
+        poc=plan.poc,
+        columns=["measure", "status", "trial_id", "dump_s", "workload_hash"],
+    )
+    dumps = trials[
+        (trials["measure"] == "checkpoint")
+        & (trials["status"] == "ok")
+        & (trials["workload_hash"] == workload_hash(plan))
+        & ~trials["trial_id"].astype(str).str.startswith(TRIAL_PREFIX)
+    ]["dump_s"].dropna()
+    if dumps.empty:
+        return []
+    median = float(dumps.astype(float).median())
+    return [
+        f"faults.{i}.grace_s: {grace:g} s is shorter than the median CRIU dump of "
+        f"{plan.workload.name} measured here ({median:.3f} s over {len(dumps)} dumps): a "
+        "checkpoint on the notice would miss its deadline"
+        for i, grace in graces
+        if grace < median
+    ]
