@@ -18,6 +18,8 @@ import yaml
 from tasks.data.errors import PlanError
 from tasks.data.plan import Fault, load_plan
 from tasks.data.runctx import make_run_context
+from tasks.experiments.checkpoints import checkpoint_rows
+from tasks.experiments.deadline import REPEATS, SIZES_MB, grace_lines
 from tasks.experiments.recovery import run_recovery
 from tests.conftest import REPO, demo_plan_dict
 
@@ -34,7 +36,12 @@ def _trials(tmp_path: Path, grace_s: float, monkeypatch, criu_binary: str) -> pd
         }
     )
     ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
-    return run_recovery(plan, ctx, timeout_s=60).trials.set_index("arm")
+    run = run_recovery(plan, ctx, timeout_s=60)
+    _RUNS.append((plan, run))
+    return run.trials.set_index("arm")
+
+
+_RUNS: list = []  # (plan, run) of the last _trials call, for the deadline sweep's dumps
 
 
 def test_a_notice_with_time_to_checkpoint_loses_nothing_on_the_managed_arm(
@@ -59,6 +66,16 @@ def test_a_notice_with_time_to_checkpoint_loses_nothing_on_the_managed_arm(
     assert unmanaged["steps_lost"] > 0 and unmanaged["work_lost_s"] > 0
     assert managed["fault_outcome"] == "ended by its notice checkpoint"
     assert set(trials["clock"]) == {"fault_injected→serving_again"}
+    # After the trials, the deadline sweep: the example server at 0, 64 and 256 MiB, dumped as
+    # on a notice, and what the plan's 2 s grace holds read from the line through them.
+    plan, run = _RUNS[-1]
+    dumps = checkpoint_rows(run.events, plan, plan.cluster.nodes[0])
+    sweep = dumps[dumps["trial_id"].str.startswith("deadline-")]
+    assert len(sweep) == len(SIZES_MB) * REPEATS and (sweep["status"] == "ok").all()
+    assert set(sweep["includes"]) == {"one full CRIU dump that ended the workload (on a notice)"}
+    (line,) = grace_lines(plan, dumps)
+    print(line)
+    assert line.startswith("a grace of 2 s holds a process of up to ")
 
 
 def test_a_notice_too_short_for_the_dump_is_a_missed_deadline(
