@@ -30,12 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.engine.checkpointers.criu import (
-    Checkpoint,
-    CriuCheckpointer,
-    CriuError,
-    PeriodicCheckpoints,
-)
+from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
+from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import WorkloadProcess, child_pids
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
