@@ -29,6 +29,7 @@ import contextlib
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
@@ -311,22 +312,48 @@ def _first_attempt(cluster: SlurmCluster, job: SlurmJob) -> bool:
 class Drain(_SlurmNotice):
     """Maintenance: the node drained under the job (no new job starts there), the job told
     (USR1 to its batch shell, as a site's drain script would), requeued ``grace_s`` later
-    if it still runs; `settle` resumes the node once the attempt has left it."""
+    if it still runs; `settle` resumes the node once the attempt has left it. The requeue
+    waits on a thread of its own: the trial watches the job meanwhile (a copy that requeues
+    itself sooner is seen leaving at once, not after the grace)."""
 
     kind, marker = "drain", "node_drained"
     notice_wait_s = 10.0
+
+    def __init__(self) -> None:
+        self._requeues: dict[str, tuple[threading.Thread, list[BaseException]]] = {}
 
     def act(self, cluster: SlurmCluster, job: SlurmJob, fault: Fault, trial_id: str) -> None:
         assert fault.grace_s is not None  # the plan requires it
         cluster.node_drain(job.node, reason=f"ckpt-poc fault {trial_id}")
         cluster.cancel(job, signal=NOTICE_SIGNAL, batch=True)
-        time.sleep(fault.grace_s)
+        errors: list[BaseException] = []
+        thread = threading.Thread(
+            target=self._requeue_after,
+            args=(cluster, job, fault.grace_s, errors),
+            name=f"drain-requeue-{job.job_id}",
+            daemon=True,
+        )
+        self._requeues[job.job_id] = (thread, errors)
+        thread.start()
+
+    @staticmethod
+    def _requeue_after(
+        cluster: SlurmCluster, job: SlurmJob, grace_s: float, errors: list[BaseException]
+    ) -> None:
+        time.sleep(grace_s)
+
+        def still_in_its_first_run() -> bool:
+            # Not when the copy requeued itself within the grace (the managed arm, once
+            # dumped), nor once the trial has ended the job.
+            return cluster.observe(job)[0] == "RUNNING" and _first_attempt(cluster, job)
+
         try:
-            cluster.requeue(job)
-        except SlurmError:
-            # The copy requeued itself within the grace (the managed arm, once dumped).
-            if cluster.observe(job)[0] == "RUNNING" and _first_attempt(cluster, job):
-                raise
+            if still_in_its_first_run():
+                cluster.requeue(job)
+        except SlurmError as exc:
+            with contextlib.suppress(SlurmError):
+                if still_in_its_first_run():
+                    errors.append(exc)
 
     def settle(
         self,
@@ -336,6 +363,11 @@ class Drain(_SlurmNotice):
         recorder: EventRecorder,
         trial_id: str,
     ) -> None:
+        thread, errors = self._requeues.pop(job.job_id, (None, []))
+        if thread is not None:
+            thread.join()
+        if errors:
+            raise errors[0]
         cluster.wait_until(job, lambda s: s not in ("RUNNING", "COMPLETING"), 60)
         cluster.node_resume(job.node)
         recorder.record(trial_id, job.arm, "node_returned", node=job.node)
