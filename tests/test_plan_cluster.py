@@ -135,7 +135,7 @@ def test_unknown_partition_is_a_plan_error(write_plan, on_cluster) -> None:
     line = _line_of(path, "  queue: gpu-long")
     assert info.value.problems == [
         f"{path}:{line}: cluster.queue: partition 'gpu-long' is not in this Slurm cluster "
-        "(sinfo lists: poc)"
+        "(sinfo lists: poc, poc-urgent)"  # poc-urgent: the preempt fault's, hidden
     ]
 
 
@@ -155,5 +155,5 @@ def test_node_outside_the_plans_partition_is_a_plan_error(write_plan, on_cluster
     line = _line_of(path, "  - ckpt-node1")
     assert info.value.problems == [
         f"{path}:{line}: cluster.nodes.0: node 'ckpt-node1' is not in partition 'empty-q' "
-        "(sinfo lists it in: poc)"
+        "(sinfo lists it in: poc, poc-urgent)"
     ]

@@ -39,9 +39,11 @@ from tasks.data.plan_faults import (  # noqa: F401
     ALL_FAULTS,
     FAULTS_BY_CLUSTER,
     MAX_GRACE_S,
+    MAX_WARN_S,
     NOTICE_FAULTS,
     fault_problems,
 )
+from tasks.data.plan_preempt import preemptor_problems
 
 # What a node snapshot observes (exit.watch, exit.allowed_changes): re-exported from here.
 from tasks.data.plan_watch import (  # noqa: F401
@@ -244,6 +246,12 @@ class Fault(_Strict):
     grace_s: float | None = Field(
         default=None, gt=0, le=MAX_GRACE_S, description="seconds, at most an hour"
     )
+    # time-limit only: Slurm's warning (`--signal=B:USR1@warn_s`) this long before the limit;
+    # null is today's bare time limit (SIGTERM at the limit). Slurm checks about once a minute.
+    warn_s: int | None = Field(default=None, ge=1, le=MAX_WARN_S, description="seconds ≤ 3600")
+    # preempt only: the higher-priority partition (same nodes) the preemptor job goes to;
+    # plan check refuses one that does not exist or would preempt another's jobs.
+    preemptor_partition: SafeName | None = None
 
     @field_validator("kind")
     @classmethod
@@ -534,6 +542,15 @@ def check_plan_against_cluster(
         f"{file_line(path, root, loc)}: {'.'.join(str(p) for p in loc)}: {message}"
         for loc, message in check.problems
     ]
+    # A preempt fault's preemptor (and grace) against the cluster's partitions and its jobs.
+    for i, fault in enumerate(plan.faults):
+        if fault.kind != "preempt":
+            continue
+        here = file_line(path, root, ("faults", i))
+        problems += [
+            f"{here}: {message}"
+            for message in preemptor_problems(fault, i, plan.cluster.queue, plan.cluster.nodes)
+        ]
     return problems, []
 
 

@@ -7,19 +7,24 @@ from typing import Protocol
 
 FAULTS_BY_CLUSTER: dict[str, tuple[str, ...]] = {
     "local": ("sigkill", "sigkill-group", "sigterm-grace"),
-    "slurm": ("scancel", "node-down", "kill-step", "time-limit"),
+    "slurm": ("scancel", "node-down", "kill-step", "time-limit", "preempt", "drain"),
     "kubernetes": ("pod-delete", "node-drain"),
 }
 ALL_FAULTS = tuple(sorted({f for kinds in FAULTS_BY_CLUSTER.values() for f in kinds}))
-# Faults that come with a notice: the grace between the notice and the kill (grace_s).
-NOTICE_FAULTS = ("sigterm-grace",)
+# Faults that come with a notice: the grace between the notice and the kill (grace_s). A
+# time limit's notice is its warning instead (warn_s: `sbatch --signal=B:USR1@warn_s`).
+NOTICE_FAULTS = ("sigterm-grace", "preempt", "drain")
 MAX_GRACE_S = 3600.0
+# sbatch --signal's seconds are at most 65535; a warning longer than an hour is not a notice.
+MAX_WARN_S = 3600
 
 
 class FaultItem(Protocol):
     kind: str
     down_s: float | None
     grace_s: float | None
+    warn_s: int | None
+    preemptor_partition: str | None
 
 
 def fault_problems(faults: Sequence[FaultItem], cluster_kind: str) -> list[str]:
@@ -44,4 +49,13 @@ def fault_problems(faults: Sequence[FaultItem], cluster_kind: str) -> list[str]:
                 f"faults.{i}.grace_s: only a fault with a notice has a grace period "
                 f"({', '.join(NOTICE_FAULTS)})"
             )
+        if fault.kind != "time-limit" and fault.warn_s is not None:
+            problems.append(f"faults.{i}.warn_s: only a time-limit fault has a warning")
+        if fault.kind == "preempt" and not fault.preemptor_partition:
+            problems.append(
+                f"faults.{i}.preemptor_partition: a preempt fault names the higher-priority "
+                "partition its preemptor job (the PoC's own sleep) is submitted to"
+            )
+        if fault.kind != "preempt" and fault.preemptor_partition is not None:
+            problems.append(f"faults.{i}.preemptor_partition: only a preempt fault has a preemptor")
     return problems

@@ -11,6 +11,10 @@ returns to service after the plan's `down_s`); SIGKILL of the job's batch step
 (`scancel --batch --signal=KILL`); the time limit reached (the limit is cut to the next
 whole minute of the job's run time; Slurm ends it TIMEOUT at its next limit check, up to
 about 30 s later, with a SIGTERM that the job's wrapper records as it lands).
+With a notice (the job submitted `--requeue --signal=B:USR1@N`, requeued under its id after
+the fault): `preempt` (a real higher-priority job of the PoC's own in the plan's
+``preemptor_partition``; Slurm's GraceTime between notice and kill), the time limit with a
+warning (``warn_s``), `drain` (the node drained, the job told and requeued ``grace_s`` later).
 
 Each fault kind is one class below and one entry in `FAULTS`, keyed by the plan's
 ``faults[].kind``: how it is delivered, and what a trial must know of it (a longer wait
@@ -25,6 +29,7 @@ import contextlib
 import math
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
@@ -34,10 +39,12 @@ from tasks.data.plan import Fault
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.base import CLUSTER_KINDS, Cluster
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
-from tasks.engine.clusters.slurm import SlurmCluster, SlurmJob
+from tasks.engine.clusters.slurm import SlurmCluster, SlurmError, SlurmJob
 
 LOCAL_SIGNALS = {"sigkill": signal.SIGKILL, "sigkill-group": signal.SIGKILL}
 TIME_LIMIT_CHECK_S = 60  # slurmctld's limit check runs about every 30 s; twice that
+# The notice a Slurm job with a notice is sent (its `--signal=B:USR1@N`, to the batch shell).
+NOTICE_SIGNAL = "USR1"
 
 C = TypeVar("C")  # the cluster the fault is delivered on
 T = TypeVar("T")  # what it hits there: a process, a job
@@ -221,10 +228,207 @@ class NodeDown(_SlurmFault):
             recorder.record(trial_id, job.arm, "node_returned", node=job.node, down_s=fault.down_s)
 
 
+class _SlurmNotice(_SlurmFault):
+    """A Slurm fault with a notice. The harness acts (``marker``, its own event); Slurm (or
+    the harness, for a drain) tells the job (``B:USR1``: its wrapper records `notice`, which
+    the trial takes as `fault_injected`), then ends the attempt and the job is requeued under
+    its id; `settle` gives the node back once the attempt is gone."""
+
+    marker: ClassVar[str]
+    notice_wait_s: ClassVar[float] = 30.0  # from the act until the job has had its notice
+
+    def notice_wait(self, fault: Fault) -> float:
+        return self.notice_wait_s
+
+    def inject(
+        self, cluster: SlurmCluster, job: SlurmJob, recorder: EventRecorder, trial_id: str
+    ) -> Event:
+        raise BlastRadiusError(f"a {self.kind} fault needs its notice: inject_notice")
+
+    def inject_notice(
+        self,
+        cluster: SlurmCluster,
+        job: SlurmJob,
+        recorder: EventRecorder,
+        trial_id: str,
+        fault: Fault,
+    ) -> Event:
+        cluster.check_job(job)
+        detail = {"fault": self.kind, "job_id": job.job_id, "node": job.node}
+        event = recorder.record(trial_id, job.arm, self.marker, **detail)
+        self.act(cluster, job, fault, trial_id)
+        return event
+
+    def act(self, cluster: SlurmCluster, job: SlurmJob, fault: Fault, trial_id: str) -> None:
+        raise NotImplementedError
+
+
+class Preempt(_SlurmNotice):
+    """A real higher-priority job (the PoC's own sleep, `--exclusive` on the job's node, in
+    the plan's ``preemptor_partition``) preempts the copy: Slurm sends the job its notice
+    signal, requeues it GraceTime later and starts the preemptor; `settle` cancels the
+    preemptor once it runs, so the requeued job gets the node back."""
+
+    kind, marker = "preempt", "preemptor_submitted"
+
+    def act(self, cluster: SlurmCluster, job: SlurmJob, fault: Fault, trial_id: str) -> None:
+        partition = fault.preemptor_partition
+        assert partition is not None  # the plan requires it
+        # Whatever else runs on the node would be preempted too: refused, named.
+        others = [j for j in cluster.running_on(job.node) if j[0] != job.job_id]
+        if others:
+            named = ", ".join(f"{i} ({name}, {part})" for i, name, part in others)
+            raise BlastRadiusError(
+                f"a preemptor in {partition!r} on {job.node} would also preempt {named}"
+            )
+        cluster.submit_preemptor(job.node, partition, f"{trial_id}-{job.arm}")
+
+    def settle(
+        self,
+        cluster: SlurmCluster,
+        job: SlurmJob,
+        fault: Fault,
+        recorder: EventRecorder,
+        trial_id: str,
+    ) -> None:
+        for pre in [j for j in cluster.tracked.values() if j.arm == "preemptor"]:
+            running = cluster.wait_until(pre, lambda s: s == "RUNNING" or s is None, 60)
+            with contextlib.suppress(SlurmError):
+                cluster.cancel(pre)
+            cluster.tracked.pop(pre.job_id, None)
+            recorder.record(
+                trial_id,
+                job.arm,
+                "preemptor_cancelled",
+                job_id=pre.job_id,
+                ran=bool(running and running.state == "RUNNING"),
+            )
+
+
+def _first_attempt(cluster: SlurmCluster, job: SlurmJob) -> bool:
+    return cluster.job_fields(job).get("Restarts", "0") == "0"
+
+
+class Drain(_SlurmNotice):
+    """Maintenance: the node drained under the job (no new job starts there), the job told
+    (USR1 to its batch shell, as a site's drain script would), requeued ``grace_s`` later
+    if it still runs; `settle` resumes the node once the attempt has left it. The requeue
+    waits on a thread of its own: the trial watches the job meanwhile (a copy that requeues
+    itself sooner is seen leaving at once, not after the grace)."""
+
+    kind, marker = "drain", "node_drained"
+    notice_wait_s = 10.0
+
+    def __init__(self) -> None:
+        self._requeues: dict[str, tuple[threading.Thread, list[BaseException]]] = {}
+
+    def act(self, cluster: SlurmCluster, job: SlurmJob, fault: Fault, trial_id: str) -> None:
+        assert fault.grace_s is not None  # the plan requires it
+        cluster.node_drain(job.node, reason=f"ckpt-poc fault {trial_id}")
+        cluster.cancel(job, signal=NOTICE_SIGNAL, batch=True)
+        errors: list[BaseException] = []
+        thread = threading.Thread(
+            target=self._requeue_after,
+            args=(cluster, job, fault.grace_s, errors),
+            name=f"drain-requeue-{job.job_id}",
+            daemon=True,
+        )
+        self._requeues[job.job_id] = (thread, errors)
+        thread.start()
+
+    @staticmethod
+    def _requeue_after(
+        cluster: SlurmCluster, job: SlurmJob, grace_s: float, errors: list[BaseException]
+    ) -> None:
+        time.sleep(grace_s)
+
+        def still_in_its_first_run() -> bool:
+            # Not when the copy requeued itself within the grace (the managed arm, once
+            # dumped), nor once the trial has ended the job.
+            return cluster.observe(job)[0] == "RUNNING" and _first_attempt(cluster, job)
+
+        try:
+            if still_in_its_first_run():
+                cluster.requeue(job)
+        except SlurmError as exc:
+            with contextlib.suppress(SlurmError):
+                if still_in_its_first_run():
+                    errors.append(exc)
+
+    def settle(
+        self,
+        cluster: SlurmCluster,
+        job: SlurmJob,
+        fault: Fault,
+        recorder: EventRecorder,
+        trial_id: str,
+    ) -> None:
+        thread, errors = self._requeues.pop(job.job_id, (None, []))
+        if thread is not None:
+            thread.join()
+        if errors:
+            raise errors[0]
+        cluster.wait_until(job, lambda s: s not in ("RUNNING", "COMPLETING"), 60)
+        cluster.node_resume(job.node)
+        recorder.record(trial_id, job.arm, "node_returned", node=job.node)
+
+
 class TimeLimit(_SlurmFault):
     kind = "time-limit"
     detect_grace_s = TIME_LIMIT_CHECK_S  # Slurm checks time limits about every 30 s
     lands_when_signalled = True
+    marker = "time_limit_set"
+
+    def notice_wait(self, fault: Fault) -> float:
+        """The warning lands ``warn_s`` before the (cut) limit, at Slurm's next check."""
+        return 60.0 + TIME_LIMIT_CHECK_S + 2 * float(fault.warn_s or 0)
+
+    def inject_notice(
+        self,
+        cluster: SlurmCluster,
+        job: SlurmJob,
+        recorder: EventRecorder,
+        trial_id: str,
+        fault: Fault,
+    ) -> Event:
+        """The warned limit (``warn_s``): cut to the first whole minute that leaves the job
+        ``warn_s`` before it; Slurm's warning (the job's ``--signal=B:USR1@warn_s``) comes
+        at its next check after limit − warn_s, the kill at the limit."""
+        cluster.check_job(job)
+        warn = float(fault.warn_s or 0)
+        started = cluster.start_time_epoch(job)
+        minutes = max(1, math.ceil((time.time() - started + warn + 2) / 60))
+        event = recorder.record(
+            trial_id,
+            job.arm,
+            self.marker,
+            fault=self.kind,
+            job_id=job.job_id,
+            node=job.node,
+            limit_min=minutes,
+            warn_s=fault.warn_s,
+        )
+        cluster.set_time_limit(job, minutes)
+        return event
+
+    def settle(
+        self,
+        cluster: SlurmCluster,
+        job: SlurmJob,
+        fault: Fault,
+        recorder: EventRecorder,
+        trial_id: str,
+    ) -> None:
+        """A warned limit: the job back in the queue (a copy that did not requeue itself
+        on the warning timed out: requeued now, before Slurm forgets it, as a chain's next
+        job would be submitted), its limit as it was (none)."""
+        if fault.warn_s is None:
+            return
+        ended = cluster.wait_until(job, lambda s: s not in ("RUNNING", "COMPLETING"), 60)
+        if ended is not None and ended.state not in ("PENDING", "REQUEUED", "CONFIGURING"):
+            cluster.requeue(job)
+            recorder.record(trial_id, job.arm, "requeued_by_harness", state=ended.state)
+        cluster.set_time_limit(job, "UNLIMITED")
 
     def inject(
         self, cluster: SlurmCluster, job: SlurmJob, recorder: EventRecorder, trial_id: str
@@ -253,8 +457,15 @@ FAULTS: dict[str, FaultKind[Any, Any]] = {
         NodeDown(),
         KillStep(),
         TimeLimit(),
+        Preempt(),
+        Drain(),
     )
 }
+
+
+def has_notice(fault: Fault) -> bool:
+    """A fault the job is told of ahead of the kill: a grace period, or a warned limit."""
+    return fault.grace_s is not None or fault.warn_s is not None
 
 
 def faults_on(cluster_kind: str) -> tuple[str, ...]:
@@ -289,4 +500,7 @@ def inject_fault(
         return found.inject_with_notice(
             cluster, target, recorder, trial_id, fault.grace_s, on_notice
         )
+    if isinstance(found, _SlurmNotice | TimeLimit) and has_notice(fault):
+        # The managed arm is told by Slurm itself, inside the job (slurm_job.py).
+        return found.inject_notice(cluster, target, recorder, trial_id, fault)
     return found.inject(cluster, target, recorder, trial_id)

@@ -35,6 +35,7 @@ from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import WorkloadProcess, child_pids
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
+from tasks.engine.slurm_notice import NoticeCheckpoint, restarts, resume_spec
 
 
 def _ns_init(launcher: subprocess.Popen, timeout: float = 10) -> int:
@@ -55,8 +56,19 @@ def run(spec: dict[str, Any]) -> int:
     recorder = EventRecorder(None, jsonl=Path(spec["events"]))
     trial, arm, node = spec["trial_id"], spec["arm"], spec["node"]
     # The job holds its resources from here: the moment `started` marks for recovery.
-    recorder.record(trial, arm, "job_started", job_id=os.environ.get("SLURM_JOB_ID"))
+    restart = restarts()
+    recorder.record(
+        trial, arm, "job_started", job_id=os.environ.get("SLURM_JOB_ID"), restarts=restart
+    )
+    if restart and spec.get("requeued"):
+        spec = resume_spec(spec, recorder)  # a requeued attempt: restore, resume or rerun
     pidfds: list[int] = []  # once the workload runs: its launcher's and its own pidfd
+    # A job with a notice (`--signal=B:USR1@N`): USR1 is Slurm's word of a coming kill.
+    on_notice = NoticeCheckpoint(spec, recorder) if spec.get("notice") else None
+    if on_notice is not None:
+        signal.signal(
+            signal.SIGUSR1, lambda signum, _f: on_notice.notice(signal.Signals(signum).name)
+        )
 
     def signalled(signum: int, _frame: object) -> None:
         # Slurm's SIGTERM (scancel, time limit, a node set down) reaches the whole job at
@@ -116,8 +128,12 @@ def run(spec: dict[str, Any]) -> int:
         periodic = PeriodicCheckpoints(
             criu, proc, float(spec["interval_s"]), on_failure=lambda _exc: root.kill()
         ).start()
+        if on_notice is not None:
+            on_notice.arm_for(criu, proc, periodic)
     rc = root.wait()
     recorder.record(trial, arm, "workload_exited", rc=rc)
+    if on_notice is not None:
+        on_notice.wait_for_the_kill()  # ended by its notice dump: the requeue ends the job
     if periodic is not None:
         periodic.stop()  # raises what ended the checkpoint thread, if anything did
     return rc

@@ -43,7 +43,7 @@ from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.clocks import same_clock_check
 from tasks.experiments.deadline import run_deadline_sweep
 from tasks.experiments.recovery_local import LOCAL_TRIALS
-from tasks.experiments.recovery_slurm import SLURM_TRIALS
+from tasks.experiments.recovery_slurm_notice import SLURM_TRIALS  # the bare faults too
 from tasks.experiments.recovery_trial import (
     FAULT_DELIVERED,
     TrialRunner,

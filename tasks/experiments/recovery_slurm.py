@@ -23,7 +23,6 @@ from tasks.engine.probes import LogProgressProbe, last_step_before
 from tasks.experiments.recovery_trial import (
     Moments,
     TrialFailed,
-    TrialRunner,
     TrialSetup,
     app_checkpoint,
     app_resume_step,
@@ -43,7 +42,7 @@ INCLUDES = (
 )
 
 
-def _job_spec(
+def job_spec(
     setup: TrialSetup, trial: str, arm: str, copy_dir: Path, log: Path, **mode: Any
 ) -> dict[str, Any]:
     plan = setup.plan
@@ -61,7 +60,7 @@ def _job_spec(
     }
 
 
-def _wait_job_event(
+def wait_job_event(
     rec: EventRecorder,
     events: Path,
     trial: str,
@@ -91,7 +90,7 @@ def _signal_delivery(rec: EventRecorder, events: Path, lapsed: Event, fault: str
     """`fault_injected` for a fault Slurm delivers itself (a time limit): when Slurm's
     SIGTERM reached the job (its wrapper recorded it), else the harness's marker (the lapse;
     a job killed without SIGTERM)."""
-    landed = _wait_job_event(
+    landed = wait_job_event(
         rec, events, lapsed.trial_id, lapsed.arm, ("signalled",), lapsed, SIGNAL_RECORD_WAIT_S
     )
     return rec.alias(landed or lapsed, "fault_injected", fault=fault)
@@ -115,7 +114,7 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
     probe: LogProgressProbe | None = None
     try:
         launched = rec.record(trial, arm, "launch", node=node)
-        spec = _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=argv)
+        spec = job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=argv)
         job = cluster.submit(node, arm, spec, name=trial, log=log, gpus=gpus)
         row["job_id"] = job.job_id
         running = cluster.wait_until(job, lambda s: s == "RUNNING", setup.timeout_s)
@@ -148,7 +147,7 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             )
         if arm == "managed":
             restore_attempted(row)  # the recovery job's first act is the restore
-        started, restored = _back_in_new_job(setup, trial, arm, events, fault_ev, new_job)
+        started, restored = back_in_new_job(setup, trial, arm, events, fault_ev, new_job)
         moments = Moments(
             fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step
         )
@@ -196,7 +195,7 @@ def _fault_and_release(
         # Released on paper only: wait for the job's own record of its end, and before
         # the node returns (seen once: resumed at once, the node's kill came ~5 s late
         # and the copy ran and dumped on meanwhile).
-        _wait_job_event(
+        wait_job_event(
             rec, events, trial, arm, ("workload_exited",), fault_ev, SIGNAL_RECORD_WAIT_S
         )
     fault_type.settle(cluster, job, fault, rec, trial)  # node-down: the node away down_s
@@ -229,7 +228,7 @@ def _recovery_job(
         resume_step = held_step(log, point, regex)
         recoverable = checkpoint_started(rec, trial, point.index)
         row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
-        spec = _job_spec(
+        spec = job_spec(
             setup, trial, arm, copy_dir, log, mode="restore", restore_from=str(point.path)
         )
         return spec, resume_step, recoverable
@@ -238,28 +237,28 @@ def _recovery_job(
     kind = "app_checkpoint" if app_path and app_path.exists() else "start"
     row["recoverable_point"] = kind
     if kind == "start":
-        return _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=argv), 0, launched
+        return job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=argv), 0, launched
     resume_step = app_resume_step(plan, step_at_fault)
     resume = [*argv, *(app.resume_args if app else [])]
-    spec = _job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=resume)
+    spec = job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=resume)
     return spec, resume_step, progress_event(rec, trial, arm, resume_step)
 
 
-def _back_in_new_job(
+def back_in_new_job(
     setup: TrialSetup, trial: str, arm: str, events: Path, fault_ev: Event, new_job: Any
 ) -> tuple[Event, Event]:
     """The recovery job's `started` and `restored` events, from its own record of them."""
     rec = setup.recorder
     # `started` is the job's own first moment on the node (its wrapper records it): the
     # squeue poll that saw it RUNNING may come after the restore has begun.
-    job_started = _wait_job_event(
+    job_started = wait_job_event(
         rec, events, trial, arm, ("job_started",), fault_ev, setup.timeout_s
     )
     if job_started is None:
         raise TrialFailed(f"recovery job {new_job.job_id} ran but never reported starting")
     started = rec.alias(job_started, "started", job_id=new_job.job_id)
     names = ("restored", "restore_failed") if arm == "managed" else ("workload_started",)
-    restored = _wait_job_event(rec, events, trial, arm, names, fault_ev, setup.timeout_s)
+    restored = wait_job_event(rec, events, trial, arm, names, fault_ev, setup.timeout_s)
     if restored is None or restored.event == "restore_failed":
         tail = restored.detail.get("log_tail", "") if restored else ""
         raise TrialFailed(
@@ -280,7 +279,7 @@ def preflight_slurm(setup: TrialSetup, timeout_s: float) -> PreflightResult:
     copy_dir.mkdir(parents=True, exist_ok=True)
     log = copy_dir / "workload.log"
     argv = copy_argv(plan.workload.command or [], copy_dir)
-    spec = _job_spec(setup, "preflight", "unmanaged", copy_dir, log, mode="run", argv=argv)
+    spec = job_spec(setup, "preflight", "unmanaged", copy_dir, log, mode="run", argv=argv)
     job = cluster.submit(
         node, "preflight", spec, name="preflight", log=log, gpus=plan.workload.gpus
     )
@@ -296,6 +295,3 @@ def preflight_slurm(setup: TrialSetup, timeout_s: float) -> PreflightResult:
         )
     finally:
         cluster.stop_all()
-
-
-SLURM_TRIALS = TrialRunner(run_slurm_trial, preflight_slurm, INCLUDES)

@@ -4,8 +4,9 @@ Every job is submitted with `sbatch` as an argv list — a fixed batch script
 (`scripts/slurm-job`) that runs `python -m tasks.engine.slurm_job SPEC.json`, where the spec
 (written by us, read by the job) carries the plan's argv; no plan value is ever pasted into
 a shell string. Jobs are pinned to a plan node (`--nodelist`) in the plan's partition, never
-requeued by Slurm (recovery submits a new, linked job instead), and append their output to
-one log per workload copy so that the progress probe follows every attempt.
+requeued by Slurm (recovery submits a new, linked job instead) — but for a fault with a
+notice, whose job is requeued under its id — and append their output to one log per
+workload copy so that the progress probe follows every attempt.
 
 Anything that kills or reconfigures checks first: a job must be one this run submitted and
 be on a plan node; a node must be one the plan names. Nodes this run took down are returned
@@ -123,8 +124,12 @@ class SlurmCluster:
         gpus: int = 0,
         linked_to: str | None = None,
         time_limit_min: int | None = None,
+        notice_signal: str | None = None,
     ) -> SlurmJob:
-        """Submit one attempt; ``linked_to`` names the interrupted job it recovers."""
+        """Submit one attempt; ``linked_to`` names the interrupted job it recovers. With
+        ``notice_signal`` (a fault with a notice: ``B:USR1@60``) the job may be requeued —
+        the same job id comes back in a new allocation — and Slurm sends it that signal as the
+        notice (``--signal``: before its time limit, and at preemption)."""
         self._check_node(node)
         jobs_dir = self.run_dir / "jobs"
         jobs_dir.mkdir(parents=True, exist_ok=True)
@@ -141,7 +146,8 @@ class SlurmCluster:
             f"--nodelist={node}",
             "--nodes=1",
             "--ntasks=1",
-            "--no-requeue",
+            "--requeue" if notice_signal else "--no-requeue",
+            *([f"--signal={notice_signal}"] if notice_signal else []),
             f"--chdir={self.workdir}",
             f"--output={log}",
             f"--error={jobs_dir / f'{n:04d}-{name}-{arm}-%j.err'}",
@@ -160,6 +166,50 @@ class SlurmCluster:
         job = SlurmJob(job_id, node, arm, log, spec_path)
         self.tracked[job_id] = job
         return job
+
+    def submit_preemptor(self, node: str, partition: str, name: str) -> SlurmJob:
+        """The PoC's own higher-priority job, a sleep that needs the whole node (`--exclusive`):
+        Slurm preempts what runs there in a lower tier. Tracked, so `stop_all` ends it."""
+        self._check_node(node)
+        argv = [
+            "sbatch",
+            "--parsable",
+            f"--job-name=ckpt-poc-preemptor-{name}",
+            f"--partition={partition}",
+            f"--nodelist={node}",
+            "--nodes=1",
+            "--exclusive",
+            "--no-requeue",
+            "--output=/dev/null",
+            "--comment=ckpt-poc preemptor",
+            "--wrap=exec sleep 3600",
+        ]
+        job_id = self._run(argv).strip().split(";")[0]
+        if not job_id.isdigit():
+            raise SlurmError(f"sbatch printed {job_id!r}, not a job id")
+        job = SlurmJob(job_id, node, "preemptor", Path("/dev/null"), Path("/dev/null"))
+        self.tracked[job_id] = job
+        return job
+
+    def running_on(self, node: str) -> list[tuple[str, str, str]]:
+        """(job id, name, partition) of every job running or suspended on ``node``."""
+        self._check_node(node)
+        out = self._run(
+            ["squeue", "-h", "-a", "-t", "RUNNING,SUSPENDED", "-w", node, "-o", "%i|%j|%P"]
+        )
+        rows = [tuple(line.split("|", 2)) for line in out.splitlines() if line.count("|") == 2]
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def job_fields(self, job: SlurmJob) -> dict[str, str]:
+        """``scontrol -o show job``'s key=value pairs (Restarts, EligibleTime, StartTime…)."""
+        out = self._run(["scontrol", "-o", "show", "job", job.job_id])
+        return dict(f.split("=", 1) for f in out.split() if "=" in f)
+
+    def attempt_states(self, job: SlurmJob) -> list[str]:
+        """Every attempt's state in accounting, oldest first (``sacct -D``: a requeued job
+        shows one row per attempt)."""
+        out = self._run(["sacct", "-X", "-D", "-n", "-P", "-j", job.job_id, "-o", "State"])
+        return [line.split()[0] for line in out.splitlines() if line.strip()]
 
     def observe(self, job: SlurmJob) -> tuple[str | None, str]:
         """(state, reason) from squeue; state None once the job is no longer listed."""
@@ -221,9 +271,22 @@ class SlurmCluster:
             argv.append("--batch")
         self._run([*argv, job.job_id])
 
-    def set_time_limit(self, job: SlurmJob, minutes: int) -> None:
+    def set_time_limit(self, job: SlurmJob, minutes: int | str) -> None:
+        """Minutes, or ``UNLIMITED``."""
         self.check_job(job)
         self._run(["scontrol", "update", f"JobId={job.job_id}", f"TimeLimit={minutes}"])
+
+    def requeue(self, job: SlurmJob) -> None:
+        """Back to the queue under the same job id (``scontrol requeue``): Slurm ends the
+        running attempt (SIGTERM, SIGKILL after KillWait) or takes a finished one."""
+        self.check_job(job)
+        self._run(["scontrol", "requeue", job.job_id])
+
+    def node_drain(self, node: str, reason: str) -> None:
+        """No new job starts on ``node``; running ones go on. `stop_all` resumes it."""
+        self._check_node(node)
+        self.downed.add(node)
+        self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
 
     def node_down(self, node: str, reason: str) -> None:
         self._check_node(node)
