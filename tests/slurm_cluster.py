@@ -216,7 +216,8 @@ def wait_node_idle(env: Mapping[str, str], timeout: float = 60.0) -> None:
     node = node_name(env)
     deadline = time.monotonic() + timeout
     while True:
-        state = _run(["sinfo", "-h", "-n", node, "-o", "%T"], env).split()[0]
+        # One line per partition the node is in; none while slurmctld does not answer yet.
+        state = next(iter(_run(["sinfo", "-h", "-n", node, "-o", "%T"], env).split()), "")
         if state in {"idle", "mixed", "allocated"}:
             return
         if time.monotonic() > deadline:
@@ -241,7 +242,7 @@ def reset(env: Mapping[str, str], timeout: float = 60.0) -> None:
             raise SlurmClusterError(f"jobs {left} still listed {timeout:.0f} s after scancel")
         time.sleep(0.2)
     node = node_name(env)
-    state = _run(["sinfo", "-h", "-n", node, "-o", "%T"], env).split()[0]
+    state = next(iter(_run(["sinfo", "-h", "-n", node, "-o", "%T"], env).split()), "")
     if state.startswith(("down", "drain")):
         _run(["scontrol", "update", f"nodename={node}", "state=resume"], env)
     wait_node_idle(env, timeout)
