@@ -99,23 +99,10 @@ def run(spec: dict[str, Any]) -> int:
         if spec.get("checkpoint")
         else None
     )
-    if spec["mode"] == "restore":
-        assert criu is not None, "a restore job always checkpoints"
-        point = Checkpoint.load(Path(spec["restore_from"]))
-        if point is None:
-            recorder.record(trial, arm, "restore_failed", reason="checkpoint is not complete")
-            return 70
-        try:
-            root, pid = criu.restore_attached(point)
-        except CriuError as exc:
-            print(f"ckpt-poc: {exc}", file=sys.stderr)
-            return 71
-    else:
-        workload = resolve_workload_argv(spec["argv"])
-        argv = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", "setsid", *workload]
-        root = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=workload_env())
-        pid = _ns_init(root)
-        recorder.record(trial, arm, "workload_started", pid=pid)
+    started = _start(spec, criu, recorder)
+    if isinstance(started, int):
+        return started  # the restore could not run
+    root, pid = started
     # Readable once the process has exited. Gone already, or no pidfd: a signalled job
     # dies at once, and the harness waits for `workload_exited` in vain and reads on.
     with contextlib.suppress(OSError):
@@ -137,6 +124,31 @@ def run(spec: dict[str, Any]) -> int:
     if periodic is not None:
         periodic.stop()  # raises what ended the checkpoint thread, if anything did
     return rc
+
+
+def _start(
+    spec: dict[str, Any], criu: CriuCheckpointer | None, recorder: EventRecorder
+) -> tuple[subprocess.Popen, int] | int:
+    """This attempt's workload (its root process, its pid): restored from the checkpoint the
+    spec names, or launched; an exit status when the restore cannot run."""
+    trial, arm = spec["trial_id"], spec["arm"]
+    if spec["mode"] == "restore":
+        assert criu is not None, "a restore job always checkpoints"
+        point = Checkpoint.load(Path(spec["restore_from"]))
+        if point is None:
+            recorder.record(trial, arm, "restore_failed", reason="checkpoint is not complete")
+            return 70
+        try:
+            return criu.restore_attached(point)
+        except CriuError as exc:
+            print(f"ckpt-poc: {exc}", file=sys.stderr)
+            return 71
+    workload = resolve_workload_argv(spec["argv"])
+    argv = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", "setsid", *workload]
+    root = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=workload_env())
+    pid = _ns_init(root)
+    recorder.record(trial, arm, "workload_started", pid=pid)
+    return root, pid
 
 
 def main() -> int:
