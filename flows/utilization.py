@@ -21,6 +21,9 @@ GPU_HOUR_COLUMNS = (
     "idle_checkpoint_gpu_h",
     "idle_recovery_gpu_h",
     "idle_other_gpu_h",
+    "queued_gpu_h",
+    "unfinished_step_gpu_h",
+    "excluded_gpu_h",
 )
 COLUMNS = (
     "week",
@@ -29,6 +32,9 @@ COLUMNS = (
     "jobs",
     *GPU_HOUR_COLUMNS,
     "goodput",
+    "goodput_job_span",
+    "chains_open",
+    "provisional",
     "busy_fraction",
     "busy_metric",
     "samples",

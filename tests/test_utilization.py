@@ -18,14 +18,8 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Fault, load_plan
 from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset, write_dataset
-from tasks.window.utilization import (
-    CATEGORIES,
-    chain_events,
-    classify_chain,
-    classify_chains,
-    compute_utilization,
-    utilization_rows,
-)
+from tasks.window.chains import CATEGORIES, chain_events, classify_chain, classify_chains
+from tasks.window.utilization import compute_utilization, utilization_rows
 from tests.conftest import REPO
 
 T0 = dt.datetime(2026, 12, 2, 12, 0, tzinfo=dt.UTC)  # a Wednesday of ISO week 2026-W49
@@ -443,7 +437,12 @@ def test_compute_utilization_reads_committed_events_and_writes_its_rows(tmp_path
     plan = load_plan(plan_path).model_copy(update={"data_dir": str(tmp_path / "data")})
     for commit in (True, False):  # a run not committed (killed, or still running) is not read
         ctx = make_run_context(plan, plan_path, stage="recovery")
-        frame = unmanaged_killed_at_100().assign(**ctx.stamp())
+        unmanaged = unmanaged_killed_at_100()
+        # The same trial on the managed arm (a comparison has both), and a trial on the
+        # managed arm only (a compatibility cycle): not the comparison's, not counted.
+        managed = unmanaged.assign(arm="managed")
+        alone = unmanaged.assign(arm="managed", trial_id="compat-digits-train")
+        frame = pd.concat([unmanaged, managed, alone]).assign(**ctx.stamp())
         write_dataset(frame, EVENTS, data_dir=ctx.data_dir, poc=ctx.poc, run_id=ctx.run_id)
         if commit:
             ctx.commit()
@@ -458,6 +457,9 @@ def test_compute_utilization_reads_committed_events_and_writes_its_rows(tmp_path
     assert row["allocated_gpu_h"] == pytest.approx(215 * plan.workload.gpus * H)
     assert row["lost_gpu_h"] == pytest.approx(50 * plan.workload.gpus * H)
     assert row["fp_host"] == uctx.fingerprint["fp_host"]
+    managed_row = stored.set_index("arm").loc["managed"]
+    assert managed_row["allocated_gpu_h"] == pytest.approx(row["allocated_gpu_h"])
+    assert managed_row["chains"] == 1 and managed_row["jobs"] == 2
 
 
 # --- real events: the local recovery experiment on the demo plan ---------------------------

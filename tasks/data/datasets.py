@@ -371,7 +371,8 @@ UTILIZATION = DatasetSpec(
     doc=(
         "Job-level utilization per arm, ISO week and workload (DESIGN §4): the allocation "
         "split into delivered, lost and idle (checkpointing, recovery, other) GPU-hours, "
-        "which add up to it exactly; goodput = delivered / allocated."
+        "which add up to it exactly; goodput = delivered / allocated (the seed's split), "
+        "goodput_job_span = delivered / (allocated + queued) (ml-goodput-measurement's)."
     ),
     key=("run_id", "week", "arm", "workload"),
     week_from="week_start",
@@ -389,6 +390,14 @@ UTILIZATION = DatasetSpec(
         Column("idle_recovery_gpu_h", F64, False, min=0, doc="fault → serving again"),
         Column("idle_other_gpu_h", F64, False, min=0, doc="allocated, not progressing"),
         Column("goodput", F64, min=0, max=1, doc="delivered / allocated; null: no allocation"),
+        # The job-span reading and the exclusions (tasks/window/chains.py); null: rows before.
+        Column("queued_gpu_h", F64, min=0, doc="released between attempts (a requeue's queue)"),
+        Column("unfinished_step_gpu_h", F64, min=0, doc="of lost: the step in flight at a fault"),
+        Column("excluded_gpu_h", F64, min=0, doc="in the plan's exclusions: in no other column"),
+        Column("goodput_job_span", F64, min=0, max=1, doc="delivered / (allocated + queued)"),
+        Column("chains", I64, min=0, doc="workload copies and their recoveries in the row"),
+        Column("chains_open", I64, min=0, doc="of them, not ended when the row was computed"),
+        Column("provisional", pa.bool_(), doc="a chain in the row had not ended: may change"),
         Column("busy_fraction", F64, min=0, doc="mean of the samples over the allocation"),
         Column("busy_metric", S, doc="the sample metric busy_fraction comes from"),
         Column("samples", I64, False, min=0),
@@ -431,6 +440,7 @@ REPORTS = DatasetSpec(
         Column(
             "segment", I64, False, min=0, doc="comparability segment; a change point starts one"
         ),
+        Column("provisional", pa.bool_(), doc="a chain in the figure had not ended"),
         Column("computed_at", TS, False),
         *_FP,
     ),

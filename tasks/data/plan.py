@@ -14,10 +14,9 @@ import datetime as dt
 import hashlib
 import logging
 import os
-import re
 import shutil
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -57,6 +56,20 @@ from tasks.data.plan_watch import (  # noqa: F401
 )
 
 # The workload models (tasks/data/plan_workload.py): re-exported from here.
+# The sampling window and the exclusions (tasks/data/plan_window.py): re-exported from here.
+from tasks.data.plan_window import (  # noqa: F401
+    MAX_EXCLUSIONS,
+    MAX_SAMPLE_SPAN_S,
+    MAX_WINDOW_WEEKS,
+    MIN_SAMPLE_INTERVAL_S,
+    SAMPLE_UNITS,
+    Exclusion,
+    PrometheusMetric,
+    PrometheusSource,
+    SampleUnit,
+    Schedules,
+    Window,
+)
 from tasks.data.plan_workload import (  # noqa: F401
     CRIU_DUMP_OPTIONS,
     CRIU_RESTORE_OPTIONS,
@@ -98,7 +111,6 @@ MIN_UTILIZATION_WEEKS = 4
 # count or a comparison; `.inf`, `.nan` or 1e300 there makes a thread die (OverflowError) or a
 # loop never end long after `plan check` said yes, so they are refused up front instead.
 MAX_SECONDS = 7 * 24 * 3600  # checkpoint interval, node down time: a week
-MAX_WINDOW_WEEKS = 104  # two years of sampling
 MAX_RUNS = 10_000  # repeats, same-node baseline runs
 MAX_DAYS = 3650  # ten years of accounting history
 MAX_KEPT_CHECKPOINTS = 1000
@@ -261,98 +273,6 @@ class Fault(_Strict):
         return value
 
 
-MAX_SAMPLE_SPAN_S = 24 * 3600  # one sampler run covers at most a day
-MIN_SAMPLE_INTERVAL_S = 0.1
-# What a Prometheus metric's value is, so the report never mixes a duty cycle with SM activity.
-SampleUnit = Literal["percent", "fraction", "bytes", "watts", "mhz", "celsius", "cores", "count"]
-SAMPLE_UNITS: tuple[str, ...] = get_args(SampleUnit)
-
-
-class PrometheusMetric(_Strict):
-    """One PromQL expression and what its value is (``metric`` names the row)."""
-
-    metric: SafeName
-    query: str = Field(min_length=1)
-    unit: SampleUnit
-
-
-class PrometheusSource(_Strict):
-    """A Prometheus a site already runs (e.g. scraping NVIDIA's DCGM exporter)."""
-
-    url: str
-    step_s: float = Field(default=30, gt=0, le=3600, description="query step, ≤ 1 h")
-    metrics: list[PrometheusMetric] = Field(min_length=1)
-    # Which label of a series holds the node, the GPU (UUID preferred) and the job.
-    node_label: str = "Hostname"
-    gpu_label: str | None = "UUID"
-    job_label: str | None = "hpc_job"
-    timeout_s: float = Field(default=30, gt=0, le=600)
-
-    @field_validator("url")
-    @classmethod
-    def _http(cls, value: str) -> str:
-        if not re.match(r"^https?://[^\s]+$", value):
-            raise ValueError("prometheus url must be an http(s) URL")
-        return value.rstrip("/")
-
-
-class Schedules(_Strict):
-    """When Prefect starts the long-window flows (prefect.yaml reads these at deploy time)."""
-
-    active: bool = False
-    timezone: str = "UTC"
-    sample_window: str = Field(default="0 * * * *", description="cron: a span starts")
-    utilization: str = Field(default="30 0 * * *", description="cron: daily")
-    weekly_report: str = Field(default="0 6 * * 1", description="cron: Monday morning")
-
-    @field_validator("timezone")
-    @classmethod
-    def _tz(cls, value: str) -> str:
-        import zoneinfo
-
-        try:
-            zoneinfo.ZoneInfo(value)
-        except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
-            raise ValueError(f"unknown time zone {value!r} (an IANA name, e.g. UTC)") from exc
-        return value
-
-    @field_validator("sample_window", "utilization", "weekly_report")
-    @classmethod
-    def _cron(cls, value: str) -> str:
-        if len(value.split()) != 5:
-            raise ValueError(f"{value!r} is not a 5-field cron expression")
-        return value
-
-
-class Window(_Strict):
-    # A date or relative to the PoC's anchor day (today, +Nd, +Nw: tasks/data/plan_dates.py).
-    start: PlanDate
-    weeks: int = Field(gt=0, le=MAX_WINDOW_WEEKS, description="weeks of sampling, ≤ 104")
-    # How the test nodes are sampled: nvml (GPU nodes), procfs (CPU data, labelled so),
-    # prometheus (a site's existing exporter).
-    sampler: Literal["nvml", "procfs", "prometheus"] = "procfs"
-    span_s: float = Field(
-        default=3600, gt=0, le=MAX_SAMPLE_SPAN_S, description="one sampler run, ≤ a day"
-    )
-    interval_s: float = Field(
-        default=10, ge=MIN_SAMPLE_INTERVAL_S, le=3600, description="between samples, 0.1..3600"
-    )
-    prometheus: PrometheusSource | None = None
-    schedules: Schedules = Field(default_factory=Schedules)
-
-    @model_validator(mode="after")
-    def _sampler_source(self) -> Window:
-        if self.sampler == "prometheus" and self.prometheus is None:
-            raise ValueError("sampler prometheus needs window.prometheus (url, metrics)")
-        if self.interval_s > self.span_s:
-            raise ValueError("interval_s is longer than span_s: a span would hold no sample")
-        return self
-
-    @property
-    def end(self) -> dt.date:
-        return self.start + dt.timedelta(weeks=self.weeks)
-
-
 # What a decision rule may name: the plan's success criteria, and `exit` (every test node's
 # newest exit diff clean).
 DecisionCriterion = Literal[
@@ -411,6 +331,7 @@ class Plan(_Strict):
         ge=3, le=MAX_RUNS, description="runs per (measure, arm), 3..10000; one run proves nothing"
     )
     window: Window
+    exclusions: list[Exclusion] = Field(default_factory=list, max_length=MAX_EXCLUSIONS)
     decision: DecisionRule = Field(default_factory=DecisionRule)
     data_dir: str = "data"
     # What load_plan could not check and why (e.g. sinfo did not answer): said, not failed.

@@ -174,6 +174,9 @@ def run_side_by_side(
                 recorder.record(trial, arm, "exited", pid=proc.pid)
     finally:
         failures = workers.stop()
+        for arm, proc in procs.items():
+            if proc.alive():  # its chain ends here (tasks/window/chains.py: Ended)
+                recorder.record(trial, arm, "stopped_by_harness", pid=proc.pid)
         left = cluster.stop_all()
         if left:
             recorder.record(trial, "managed", "left_running", pids=left)

@@ -20,6 +20,9 @@ from tasks.poc.record.document import Doc
 from tasks.poc.record.figures import add_extrapolation_inputs, add_figures
 from tasks.poc.record.method import method_lines
 from tasks.poc.record.sources import FIGURE_SOURCES, files_of
+from tasks.window.weekly.goodput import HEADS as GOODPUT_HEADS
+from tasks.window.weekly.goodput import TITLE as GOODPUT
+from tasks.window.weekly.goodput import goodput_section
 from tasks.window.weekly.interruptions import HEADS as LOSS_HEADS
 from tasks.window.weekly.interruptions import TITLE as INTERRUPTIONS
 from tasks.window.weekly.interruptions import interruption_section
@@ -317,6 +320,17 @@ def _interruptions(d: Doc, f: Facts) -> None:
         d.p(line[0].upper() + line[1:] + ".")
 
 
+def _goodput(d: Doc, f: Facts) -> None:
+    """Goodput over every week, the seed's split beside ml-goodput-measurement's, whether
+    the figures are final, and the plan's exclusions."""
+    section = goodput_section(f.plan, f.frames["utilization"])
+    d.p(section.status)
+    if section.rows:
+        d.table(GOODPUT_HEADS, section.rows)
+    for line in section.exclusions:
+        d.p(f"Excluded: {line}.")
+
+
 LEFTOVER_COLUMNS = ("node", "class", "kind", "key", "change", "before", "after", "reason")
 
 
@@ -463,6 +477,7 @@ WRITERS: tuple[tuple[str, Callable[[Doc, Facts], None]], ...] = (
     ("The six mistakes", _six_mistakes),
     ("Baseline", _baseline),
     (INTERRUPTIONS, _interruptions),
+    (GOODPUT, _goodput),
     ("The way out", _way_out),
     ("Change points and gaps", _change_points_and_gaps),
     ("Weeks", _weeks),

@@ -125,34 +125,68 @@ def _utilization_week(util: pd.DataFrame, week: str, arm: str) -> dict[str, Any]
         return None
     busy = rows.dropna(subset=["busy_fraction"])
     busy_alloc = float(busy["allocated_gpu_h"].sum())
+    span = alloc + float(rows["queued_gpu_h"].sum())  # null (rows before it): no queue seen
     return {
         "rows": rows,
         "jobs": int(rows["jobs"].sum()),
         "samples": int(rows["samples"].sum()),
         "allocated_gpu_h": alloc,
         "goodput": float(rows["delivered_gpu_h"].sum()) / alloc,
+        # Rows written before the job-span reading have none: no figure rather than a guess.
+        "goodput_job_span": (
+            float(rows["delivered_gpu_h"].sum()) / span
+            if rows["queued_gpu_h"].notna().all()
+            else None
+        ),
         "busy": (
             float((busy["busy_fraction"] * busy["allocated_gpu_h"]).sum()) / busy_alloc
             if busy_alloc > 0
             else None
         ),
         "busy_metric": ",".join(sorted(busy["busy_metric"].dropna().astype(str).unique())),
+        "provisional": provisional_note(rows),
     }
+
+
+def provisional_note(rows: pd.DataFrame) -> str:
+    """Why utilization rows may still change: '' when every chain in them had ended."""
+    open_chains = int(rows["chains_open"].fillna(0).sum())
+    if open_chains == 0:
+        return ""
+    return (
+        f"provisional: {open_chains} of {int(rows['chains'].fillna(0).sum())} chains had not "
+        "ended when utilization was computed"
+    )
 
 
 def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> None:
     for arm in ("managed", "unmanaged"):
         u = _utilization_week(util, c.week, arm)
         runs = runs_of(u["rows"]) if u else []
+        provisional = u["provisional"] if u else ""
         c.add(
             "goodput",
             arm,
             u["jobs"] if u else 0,
             u["goodput"] if u else None,
             "fraction",
-            "Σ delivered / Σ allocated GPU-h over the week's UTILIZATION rows (latest per "
-            "workload); n = attempts",
+            "the seed's split: Σ delivered / Σ allocated GPU-h over the week's UTILIZATION "
+            "rows (latest per workload); n = attempts",
             run_ids=runs,
+            note=provisional,
+            provisional=provisional,
+        )
+        c.add(
+            "goodput_job_span",
+            arm,
+            u["jobs"] if u else 0,
+            u["goodput_job_span"] if u else None,
+            "fraction",
+            "ml-goodput-measurement's reading: Σ delivered / Σ (allocated + queued) GPU-h, "
+            "each chain's first start to its last end, time in the queue included; n = attempts",
+            run_ids=runs,
+            note=provisional,
+            provisional=provisional,
         )
         c.add(
             "utilization",
@@ -165,14 +199,16 @@ def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> N
             + (f" (metric {u['busy_metric']})" if u and u["busy_metric"] else "")
             + "; n = samples",
             run_ids=runs,
+            provisional=provisional,
         )
     crit = c.plan.success.utilization_gain
-    gains, runs = [], []
+    gains, runs, still_open = [], [], []
     for w in seg_weeks:
         m, un = _utilization_week(util, w, "managed"), _utilization_week(util, w, "unmanaged")
         if m and un:
             gains.append(m["goodput"] - un["goodput"])
             runs += runs_of(m["rows"]) + runs_of(un["rows"])
+            still_open += [w] if m["provisional"] or un["provisional"] else []
     n, value, lo, hi = summarize(pd.Series(gains, dtype=float), crit.statistic, c.n_resamples)
     verdict, note = None, ""
     if 0 < n < crit.min_weeks:
@@ -189,11 +225,16 @@ def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> N
         value,
         "fraction",
         f"{crit.statistic} over the weeks of segment {c.segment} to date of managed − "
-        "unmanaged goodput; n = weeks with both arms",
+        "unmanaged goodput (of allocated GPU-h); n = weeks with both arms",
         ci=(lo, hi),
         verdict=verdict,
         note=note,
         run_ids=runs,
+        provisional=(
+            f"provisional: weeks {', '.join(still_open)} hold chains that had not ended"
+            if still_open
+            else ""
+        ),
     )
 
 
@@ -255,6 +296,7 @@ def sampled_rows(summary: pd.DataFrame, week: str, segment: int) -> list[dict[st
                 "verdict": "info" if mean is not None else "no data",
                 "note": f"{device} data" + ("" if device == "gpu" else ", not a GPU figure"),
                 "segment": segment,
+                "provisional": False,
                 "criterion": None,
                 "statistic": None,
                 "at_most": None,

@@ -33,6 +33,7 @@ ROW_COLUMNS = (
     "verdict",
     "note",
     "segment",
+    "provisional",
 )
 # Extra, not persisted: the plan criterion a row answers.
 EXTRA_COLUMNS = ("criterion", "statistic", "at_most")
@@ -57,6 +58,7 @@ MEASURE_GATES: dict[str, tuple[str, ...]] = {
     "checkpoint_dump_s": ("overhead", "cold_start", "recovery"),
     "checkpoint_freeze_s": ("overhead", "cold_start", "recovery"),
     "goodput": ("utilization",),
+    "goodput_job_span": ("utilization",),
     "utilization": ("utilization",),
     "goodput_gain": ("utilization",),
     "checkpoint_interval_s": ("recovery", "overhead", "cold_start", "baseline"),
@@ -66,7 +68,8 @@ MEASURE_GATES: dict[str, tuple[str, ...]] = {
 TITLES = {
     "recovery_s": "recovery time",
     "work_lost_gpu_h": "work lost per interruption",
-    "goodput": "goodput",
+    "goodput": "goodput (of allocated GPU-h)",
+    "goodput_job_span": "goodput (of the job span, queue included)",
     "utilization": "busy fraction",
     "goodput_gain": "goodput gain (managed − unmanaged)",
     "overhead_pct": "steady-state overhead",
@@ -152,7 +155,10 @@ class WeekRows:
         verdict: str | None = None,
         note: str = "",
         run_ids: Sequence[str] = (),
+        provisional: str = "",
     ) -> dict[str, Any]:
+        """One row judged and appended. ``provisional``: why the figure may still change (a
+        chain in it had not ended): a met or not met verdict on it is undecided instead."""
         crit_name, at_most = CRITERIA.get(measure, (None, True))
         crit = getattr(self.plan.success, crit_name) if crit_name else None
         judged = crit is not None and (arm == "both" or arm == "managed")
@@ -181,6 +187,8 @@ class WeekRows:
                 verdict, note = "blocked", "; ".join(f"{g}: {why}" for g, why in blocks)
             elif verdict != "undecided" or not note.startswith("needs "):
                 verdict, note = "undecided", "; ".join(why for _, _, why in held)
+        if provisional and verdict in ("met", "not met"):
+            verdict, note = "undecided", "; ".join(filter(None, (provisional, note)))
         row = {
             "week": self.week,
             "week_start": week_start(self.week),
@@ -197,6 +205,7 @@ class WeekRows:
             "threshold": float(crit.threshold) if judged else None,
             "verdict": verdict,
             "segment": self.segment,
+            "provisional": bool(provisional),
             "criterion": crit_name if judged else None,
             "statistic": crit.statistic if judged else None,
             "at_most": at_most,

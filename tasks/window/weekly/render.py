@@ -27,6 +27,9 @@ from tasks.data.render import (
     write_atomically,
 )
 from tasks.experiments.report import verdict_line
+from tasks.window.weekly.goodput import HEADS as GOODPUT_HEADS
+from tasks.window.weekly.goodput import TITLE as GOODPUT
+from tasks.window.weekly.goodput import GoodputSection
 from tasks.window.weekly.interruptions import HEADS as LOSS_HEADS
 from tasks.window.weekly.interruptions import TITLE as INTERRUPTIONS
 from tasks.window.weekly.interruptions import InterruptionSection
@@ -254,6 +257,7 @@ def weekly_markdown(
     html_path: str | Path | None,
     compatibility: CompatSection | None = None,
     interruptions: InterruptionSection | None = None,
+    goodput: GoodputSection | None = None,
 ) -> str:
     recs = records(rows)
     week = recs[0]["week"] if recs else "?"
@@ -297,6 +301,10 @@ def weekly_markdown(
         lines += ["", f"## {INTERRUPTIONS}", "", interruptions.line, ""]
         lines += markdown_table(LOSS_HEADS, interruptions.rows) if interruptions.rows else []
         lines += [f"- {h}" for h in interruptions.holds]
+    if goodput is not None:
+        lines += ["", f"## {GOODPUT}", "", goodput.status, ""]
+        lines += markdown_table(GOODPUT_HEADS, goodput.rows) if goodput.rows else []
+        lines += [f"- excluded: {x}" for x in goodput.exclusions]
     if html_path:
         lines += ["", f"The full page (plots): `{html_path}`"]
     return "\n".join(lines)
@@ -322,6 +330,7 @@ def weekly_html(
     title: str = "",
     compatibility: CompatSection | None = None,
     interruptions: InterruptionSection | None = None,
+    goodput: GoodputSection | None = None,
 ) -> Path:
     """A self-contained page (figures as inline SVG, every text escaped), written atomically."""
     e = html.escape
@@ -359,6 +368,11 @@ def weekly_html(
         if interruptions.rows:
             parts.append(html_table(LOSS_HEADS, interruptions.rows))
         parts += [f"<p>{e(h)}</p>" for h in interruptions.holds]
+    if goodput is not None:
+        parts += [f"<h2>{e(GOODPUT)}</h2>", f"<p>{e(goodput.status)}</p>"]
+        if goodput.rows:
+            parts.append(html_table(GOODPUT_HEADS, goodput.rows))
+        parts += [f"<p>excluded: {e(x)}</p>" for x in goodput.exclusions]
     page = html_page(f"{title} weekly report {week}".strip(), _CSS, parts)
     return write_atomically(out_path, page.encode("utf-8"))
 

@@ -25,6 +25,7 @@ from tasks.data.plan import Plan
 from tasks.data.store import normalise_dtypes, read_dataset
 from tasks.data.weeks import week_labels
 from tasks.window.weekly.extrapolation import extrapolated_rows
+from tasks.window.weekly.goodput import GoodputSection, goodput_section, latest_utilization
 from tasks.window.weekly.interruptions import InterruptionSection, interruption_section
 from tasks.window.weekly.measures import (
     checkpoint_rows,
@@ -70,15 +71,6 @@ def _frame(frames: Mapping[str, pd.DataFrame], name: str) -> pd.DataFrame:
     if df is None:
         df = pd.DataFrame({c: [] for c in spec.column_names})
     return normalise_dtypes(df.copy(), spec)
-
-
-def _latest_utilization(util: pd.DataFrame) -> pd.DataFrame:
-    """The daily utilization flow recomputes the current week: keep the latest row per
-    (week, arm, workload)."""
-    if util.empty:
-        return util
-    util = util.sort_values("computed_at")
-    return util.drop_duplicates(["week", "arm", "workload"], keep="last")
 
 
 def _failed_gates(gates: pd.DataFrame) -> dict[str, list[dict[str, str]]]:
@@ -135,6 +127,7 @@ class WeekReport:
     gates: list[GateResult]
     compatibility: CompatSection
     interruptions: InterruptionSection
+    goodput: GoodputSection
 
 
 def weekly_report_rows(
@@ -161,7 +154,7 @@ def week_report(
     (missing ones are empty; 'jobs' needs only job_name)."""
     week_start(week)  # refuse a malformed label early
     trials = _frame(frames, "trials")
-    util = _latest_utilization(_frame(frames, "utilization"))
+    util = latest_utilization(_frame(frames, "utilization"))
     segs = segments(_sources(frames, trials, util), plan.checkpointer.kind, week)
     seg_weeks = segs.weeks_to_date(week)
     pooled = trials[week_labels(trials["started_at"]).isin(seg_weeks).fillna(False).to_numpy()]
@@ -189,7 +182,8 @@ def week_report(
     gaps = _gaps(_frame(frames, "sample_gaps"), week)
     section = compatibility_section(compat, week, versions)
     interruptions = interruption_section(plan, _frame(frames, "exposure"), pooled)
-    return WeekReport(rows, segs.change_points, gaps, gate_results, section, interruptions)
+    goodput = goodput_section(plan, util, [week])
+    return WeekReport(rows, segs.change_points, gaps, gate_results, section, interruptions, goodput)
 
 
 @dataclass
@@ -213,7 +207,7 @@ def weekly_series(
     (fewer than the report's: months of weeks would otherwise take minutes); ``rows``, when
     given, stands for ``week`` itself so the plotted week equals its report rows."""
     trials = _frame(frames, "trials")
-    util = _latest_utilization(_frame(frames, "utilization"))
+    util = latest_utilization(_frame(frames, "utilization"))
     segs = segments(_sources(frames, trials, util), plan.checkpointer.kind, week)
     weeks = [
         rows

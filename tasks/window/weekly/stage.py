@@ -16,6 +16,7 @@ from tasks.data.render import records
 from tasks.data.runctx import RunContext
 from tasks.data.store import dataset_files, write_dataset
 from tasks.data.weeks import current_week
+from tasks.window.weekly.goodput import HEADS as GOODPUT_HEADS
 from tasks.window.weekly.measures import sampled_rows
 from tasks.window.weekly.model import ROW_COLUMNS
 from tasks.window.weekly.render import weekly_html, weekly_markdown, weekly_table_rows
@@ -67,6 +68,7 @@ def build_weekly_report(
         title=f"{plan.poc} / {plan.workload.name}",
         compatibility=report.compatibility,
         interruptions=report.interruptions,
+        goodput=report.goodput,
     )
     out = rows[list(ROW_COLUMNS)].copy()
     for col, value in ctx.stamp().items():
@@ -97,8 +99,20 @@ def build_weekly_report(
         "gaps": gaps,
         "html": str(page),
         "markdown": weekly_markdown(
-            rows, change_points, gaps, page, report.compatibility, report.interruptions
+            rows,
+            change_points,
+            gaps,
+            page,
+            report.compatibility,
+            report.interruptions,
+            report.goodput,
         ),
+        "goodput": {
+            "status": report.goodput.status,
+            "heads": GOODPUT_HEADS,
+            "rows": report.goodput.rows,
+            "exclusions": report.goodput.exclusions,
+        },
         "interruptions": {
             "line": report.interruptions.line,
             "rows": report.interruptions.rows,
