@@ -20,7 +20,7 @@ from tasks.data.errors import BlastRadiusError
 from tasks.data.plan import Plan, load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import Checkpoint
-from tasks.engine.clock import read_journal
+from tasks.engine.clock import Event, read_journal
 from tasks.exit import install as inst
 from tests import slurm_cluster
 from tests.conftest import REPO
@@ -234,6 +234,18 @@ def _wait(what: str, ok, timeout: float = 60):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def _latest_checkpoint(root: Path) -> Checkpoint | None:
+    return next((c for p in sorted(root.glob("ckpt-*"))[::-1] if (c := Checkpoint.load(p))), None)
+
+
+def _event(journal: Path, name: str) -> Event | None:
+    return (
+        next((e for e in read_journal(journal) if e.event == name), None)
+        if journal.exists()
+        else None
+    )
+
+
 def _steps(log: Path) -> list[int]:
     return [int(x.split("=")[1]) for x in log.read_text().split() if x.startswith("step=")]
 
@@ -268,17 +280,24 @@ def test_slurm_cycle_opted_in_job_is_checkpointed_and_restored_the_other_left_al
     assert opted["sbatch_args"] == ["--ckpt-poc"]
     wrapper = prefix / "bin" / "ckpt-poc-job"
 
-    managed = _spec(tmp_path, "opted")
-    plain = _spec(tmp_path, "plain")
+    # Both jobs take a notice (USR1, as Slurm's --signal=B:USR1@N, a preemption's or a
+    # drain's, sends it): only the one opted in through the SPANK flag dumps on it.
+    managed = _spec(tmp_path, "opted", notice={"grace_s": 30})
+    plain = _spec(tmp_path, "plain", notice={"grace_s": 30})
     job_m = _sbatch(opted["sbatch_args"], wrapper, managed, tmp_path, "opted")
     job_p = _sbatch([], wrapper, plain, tmp_path, "plain")  # same node, no flag
     root = Path(managed["ckpt_root"])
-    point = _wait(
-        "a complete checkpoint of the opted-in job",
-        lambda: next(
-            (c for p in sorted(root.glob("ckpt-*"))[::-1] if (c := Checkpoint.load(p))), None
-        ),
+    _wait("a periodic checkpoint of the opted-in job", lambda: _latest_checkpoint(root))
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_m], check=True)
+    dumped = _wait(
+        "the opted-in job's notice checkpoint",
+        lambda: _event(Path(managed["events"]), "notice_checkpoint"),
     )
+    assert dumped.detail["outcome"] == "finished", dumped.detail
+    point = _latest_checkpoint(root)
+    assert point is not None and point.index == dumped.detail["index"]
+    # The dump ended the copy (no --leave-running); the job holds on for its requeue
+    # (refused: submitted --no-requeue), so the test ends it.
     subprocess.run(["scancel", job_m], check=True)
     slurm_cluster.wait_state(job_m, {"CANCELLED"}, 60, env=slurm_env)
     held = max(_steps(Path(managed["log"])))
@@ -296,9 +315,12 @@ def test_slurm_cycle_opted_in_job_is_checkpointed_and_restored_the_other_left_al
     first = {e.event for e in read_journal(Path(managed["events"]))}
     assert {"checkpoint_start", "checkpoint_end"} <= first
 
-    # The job that did not opt in ran beside it, plainly: no dump folder, no checkpoint event.
-    # (It may have started later than the opted-in one: its steps are waited for, not assumed.)
+    # The job that did not opt in ran beside it, plainly: no dump folder, no checkpoint event;
+    # its notice is heard and nothing dumped. (It may have started later than the opted-in
+    # one: its steps are waited for, not assumed.)
     _wait("the plain job to log steps", lambda: len(_steps(Path(plain["log"]))) > 10)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", job_p], check=True)
+    _wait("the plain job's notice", lambda: _event(Path(plain["events"]), "notice"))
     assert len(_steps(Path(plain["log"]))) > 10
     plain_events = read_journal(Path(plain["events"]))
     assert plain_events[0].event == "managed_job" and plain_events[0].detail["opted_in"] is False
