@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -80,13 +81,13 @@ def notice_plan(tmp_path: Path, faults: list[Fault]) -> Plan:
     )
 
 
-def one_managed_trial(tmp_path: Path, fault: Fault) -> pd.Series:
-    """One trial of the managed arm alone (run_recovery runs both arms)."""
+def one_managed_trial(tmp_path: Path, fault: Fault, arm: str = "managed") -> pd.Series:
+    """One trial of one arm, the managed one unless told (run_recovery runs both arms)."""
     plan = notice_plan(tmp_path, [fault])
     ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
     setup = TrialSetup(plan, ctx, make_cluster(plan, ctx), EventRecorder(ctx), 60, 60)
     try:
-        return pd.Series(SLURM_TRIALS.run_trial(setup, fault, "managed", 0))
+        return pd.Series(SLURM_TRIALS.run_trial(setup, fault, arm, 0))
     finally:
         setup.cluster.stop_all()
         setup.recorder.flush()
@@ -165,16 +166,29 @@ def test_a_notice_too_short_for_the_dump_is_a_missed_deadline(slurm_env, tmp_pat
 
 @pytest.mark.slurm
 @pytest.mark.criu
-def test_a_warned_time_limit_is_checkpointed_on_the_warning(slurm_env, tmp_path: Path) -> None:
+def test_a_warned_time_limit_on_both_arms(slurm_env, tmp_path: Path) -> None:
     # The limit cut to one minute (the copy has run ~3 s); the warning 50 s ahead of it is
-    # due at ~10 s and lands at Slurm's next limit check.
-    row = one_managed_trial(tmp_path, Fault(kind="time-limit", warn_s=50))
-    assert row["status"] == "ok", row.get("reason")
-    assert row["notice_checkpoint"] == "finished"
-    assert row["recoverable_point"] == "checkpoint" and row["steps_lost"] == 0
-    assert row["recovery_job_id"] == row["job_id"] and row["queued_s"] > 0
-    # Requeued by the copy itself on the warning, before the limit: never a TIMEOUT.
-    assert row["fault_outcome"] == "REQUEUED"
+    # due at ~10 s and lands at Slurm's next limit check. The two arms run side by side, each
+    # its own job and run, because a limit takes 60-90 s to lapse (notes/slurm.md).
+    fault = Fault(kind="time-limit", warn_s=50)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(one_managed_trial, tmp_path / "managed", fault)
+        unmanaged = one_managed_trial(tmp_path / "unmanaged", fault, "unmanaged")
+        managed = pending.result()
+    for row in (managed, unmanaged):
+        assert row["status"] == "ok", row.get("reason")
+        assert row["recovery_job_id"] == row["job_id"] and row["queued_s"] > 0
+    # Managed: dumped on the warning, requeued by the copy itself before the limit (never a
+    # TIMEOUT), back at exactly the step its notice checkpoint held.
+    assert managed["notice_checkpoint"] == "finished"
+    assert managed["recoverable_point"] == "checkpoint" and managed["steps_lost"] == 0
+    assert managed["fault_outcome"] == "REQUEUED"
+    # Unmanaged: it heard the warning and ran on to the limit; Slurm ended it TIMEOUT, the
+    # harness requeued it, and it came back from its own checkpoint with the steps since lost.
+    assert unmanaged["notice_checkpoint"] == "none"
+    assert unmanaged["fault_outcome"] == "TIMEOUT"
+    assert unmanaged["recoverable_point"] == "app_checkpoint"
+    assert unmanaged["steps_lost"] > 0 and unmanaged["work_lost_s"] > managed["work_lost_s"]
 
 
 @pytest.mark.slurm

@@ -426,8 +426,9 @@ class TimeLimit(_SlurmFault):
             return
         ended = cluster.wait_until(job, lambda s: s not in ("RUNNING", "COMPLETING"), 60)
         if ended is not None and ended.state not in ("PENDING", "REQUEUED", "CONFIGURING"):
+            state = ended.state or _accounted_end(cluster, job)  # read before the requeue
             cluster.requeue(job)
-            recorder.record(trial_id, job.arm, "requeued_by_harness", state=ended.state)
+            recorder.record(trial_id, job.arm, "requeued_by_harness", state=state)
         cluster.set_time_limit(job, "UNLIMITED")
 
     def inject(
@@ -443,6 +444,19 @@ class TimeLimit(_SlurmFault):
         # as `fault_injected`; this event marks the lapse, and is the fallback.
         time.sleep(max(0.0, started + minutes * 60 - time.time()))
         return recorder.record(trial_id, job.arm, "time_limit_lapsed", **detail, limit_min=minutes)
+
+
+def _accounted_end(cluster: SlurmCluster, job: SlurmJob, timeout: float = 10) -> str:
+    """How a job squeue no longer lists ended (TIMEOUT…), from accounting, which lags a few
+    seconds behind: its latest attempt's state once that is no longer an active one."""
+    deadline, state = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        states = cluster.attempt_states(job)
+        state = states[-1] if states else ""
+        if state and state not in ("RUNNING", "PENDING", "COMPLETING", "CONFIGURING"):
+            break
+        time.sleep(0.5)
+    return state or "unknown"
 
 
 # --- the registry --------------------------------------------------------------------------------

@@ -163,9 +163,16 @@ def run_slurm_notice_trial(
         if probe:
             probe.stop()
         if job is not None:
-            # The first attempt's end in accounting (PREEMPTED, REQUEUED, TIMEOUT…).
+            # The first attempt's end in accounting (PREEMPTED, REQUEUED…), or, for a copy
+            # the harness requeued, the state it saw first (TIMEOUT): accounting rewrites a
+            # requeued attempt's state to REQUEUED.
+            by_harness = rec.events(trial, arm, "requeued_by_harness")
             with contextlib.suppress(SlurmError):
-                row["fault_outcome"] = _first_attempt_state(cluster, job)
+                row["fault_outcome"] = (
+                    str(by_harness[-1].detail["state"])
+                    if by_harness
+                    else _first_attempt_state(cluster, job)
+                )
         left = cluster.stop_all()
         rec.import_jsonl(events)
         if left:
