@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import json
+import os
 import resource
 import subprocess
 import time
@@ -44,6 +47,17 @@ def proc_mib(path: str, key: str) -> float | None:
     except OSError:
         return None
     return None
+
+
+def write_record(folder: Path, name: str, stamp: dt.datetime, record: dict[str, Any]) -> Path:
+    """The run's JSON record, ``<name>-<stamp>.json`` under ``folder``, written atomically:
+    every run is kept, never only the best."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}-{stamp:%Y%m%dT%H%M%S}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, default=str, indent=1))
+    os.replace(tmp, path)
+    return path
 
 
 def verdict(ok: bool) -> str:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
-import json
 import mmap
 import os
 import platform
@@ -54,7 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchlib import code_version, proc_mib, self_peak_mib
+from benchlib import code_version, proc_mib, self_peak_mib, write_record
 
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
@@ -805,27 +804,25 @@ def main(argv: list[str] | None = None) -> int:
         )
     print(f"harness peak RSS (ru_maxrss of this process): {peak:,.0f} MiB")
     print(f"wall time {wall:.0f}s; cluster.stop_all() left {left} running")
-    record = CACHE / f"checkpoint-cost-{stamp:%Y%m%dT%H%M%S}.json"
-    record.write_text(
-        json.dumps(
-            {
-                "env": env,
-                "args": {**vars(args)},
-                "io": {"buffered_chunk": BUFFERED_CHUNK, "direct_chunk": CHUNK},
-                "modes": modes,
-                "train": train,
-                "train_medians": train_medians,
-                "serve": serve,
-                "serve_medians": serve_medians,
-                "skipped": skipped,
-                "harness_peak_rss_mib": peak,
-                "wall_s": wall,
-                "stop_all_left": left,
-                "error": error,
-            },
-            default=str,
-            indent=1,
-        )
+    record = write_record(
+        CACHE,
+        "checkpoint-cost",
+        stamp,
+        {
+            "env": env,
+            "args": {**vars(args)},
+            "io": {"buffered_chunk": BUFFERED_CHUNK, "direct_chunk": CHUNK},
+            "modes": modes,
+            "train": train,
+            "train_medians": train_medians,
+            "serve": serve,
+            "serve_medians": serve_medians,
+            "skipped": skipped,
+            "harness_peak_rss_mib": peak,
+            "wall_s": wall,
+            "stop_all_left": left,
+            "error": error,
+        },
     )
     print(f"record: {record.relative_to(REPO)}; logs under {(work / 'logs').relative_to(REPO)}")
     if left:

@@ -38,7 +38,6 @@ import argparse
 import contextlib
 import datetime as dt
 import glob
-import json
 import os
 import platform
 import resource
@@ -55,15 +54,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchlib import code_version, self_peak_mib
+from benchlib import code_version, self_peak_mib, write_record
 
+from tasks.data.fingerprint import collect_fingerprint, tool_version_of
 from tasks.data.plan import Workload, load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError, find_criu
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
 from tasks.engine.probes import LogProgressProbe, StepSeen, _Inotify, last_step_before, wait_ready
-from tasks.experiments.compatibility import criu_version, is_service
+from tasks.experiments.compatibility import is_service
 from tasks.experiments.compatibility_copy import Copy, make_copy, run_prepare
 from tasks.experiments.compatibility_cycle import (
     CycleRecord,
@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> int:
         "mem_gib": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30,
         "kernel": platform.release(),
         "python": sys.version.split()[0],
-        "criu": f"{criu} ({criu_version(criu)})",
+        "criu": f"{criu} ({tool_version_of(collect_fingerprint(), 'criu')})",
         "code": code_version("tasks", "examples", "bench", "plans"),
         "plan": str(PLAN.relative_to(REPO)),
         "work": str(work),
@@ -685,21 +685,19 @@ def main(argv: list[str] | None = None) -> int:
         f"  what they waited for; a child starts with this process's RSS): {children:,.0f} MiB"
     )
     print(f"wall time {wall:.0f}s; cluster.stop_all() left {left} running")
-    record = out_dir / f"compatibility-{stamp:%Y%m%dT%H%M%S}.json"
-    record.write_text(
-        json.dumps(
-            {
-                "env": env,
-                "args": {**vars(args), "repeats": repeats, "apps": apps},
-                "rows": rows,
-                "bench_peak_rss_mib": peak,
-                "children_peak_rss_mib": children,
-                "wall_s": wall,
-                "stop_all_left": left,
-            },
-            default=str,
-            indent=1,
-        )
+    record = write_record(
+        out_dir,
+        "compatibility",
+        stamp,
+        {
+            "env": env,
+            "args": {**vars(args), "repeats": repeats, "apps": apps},
+            "rows": rows,
+            "bench_peak_rss_mib": peak,
+            "children_peak_rss_mib": children,
+            "wall_s": wall,
+            "stop_all_left": left,
+        },
     )
     print(f"record: {_shown(record)}; logs under {_shown(work / 'logs')}")
     return 1 if left else 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -137,6 +138,24 @@ def criu_binary() -> str | None:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     return None
+
+
+def bare_version(text: str, kind: str) -> str:
+    """'4.2.1' from a version line as the fingerprint keeps it ('Version: 4.2.1', 'criu
+    version 4.2.1') or a bare one; '' when there is none."""
+    text = re.sub(r"^(version:?\s*)", "", text.strip(), flags=re.IGNORECASE).strip()
+    text = re.sub(rf"^{re.escape(kind)}\s+(version\s*)?", "", text, flags=re.IGNORECASE)
+    return "" if text == NONE else text
+
+
+def tool_version_of(fingerprint: dict[str, Any], kind: str) -> str:
+    """A tool's bare version from a run's fingerprint (``fp_versions``); 'unknown' without."""
+    try:
+        versions = json.loads(fingerprint.get("fp_versions") or "{}")
+    except ValueError:
+        versions = {}
+    raw = versions.get(kind) if isinstance(versions, dict) else None
+    return bare_version(str(raw), kind) if raw else "unknown"
 
 
 def _tool_version(argv: list[str]) -> str:

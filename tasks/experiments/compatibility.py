@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tasks.data.errors import CkptPocError
+from tasks.data.fingerprint import tool_version_of
 from tasks.data.plan import Plan, Workload
 from tasks.data.plan_workload import COPY_DIR
 from tasks.data.runctx import RunContext
@@ -509,18 +510,6 @@ class CompatibilityRun:
     cycles: int
 
 
-def criu_version(binary: str) -> str:
-    """``criu --version``'s version line ("Version: 4.2" → "4.2"); "unknown" without one."""
-    import subprocess
-
-    try:
-        done = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("Version:")), "")
-    return line.removeprefix("Version:").strip() or "unknown"
-
-
 def run_compatibility(
     plan: Plan,
     ctx: RunContext,
@@ -534,7 +523,7 @@ def run_compatibility(
     from tasks.engine.checkpointers.criu import find_criu
 
     ensure_compatibility_runs(plan)
-    binary = find_criu()
+    find_criu()  # no CRIU: refused before any copy starts
     unknown = sorted(set(only or []) - {w.name for w in plan.workloads})
     if unknown:
         raise CompatibilityRefused(f"no workload named {', '.join(unknown)} in the plan")
@@ -560,4 +549,5 @@ def run_compatibility(
         cluster.stop_all()
         cluster.close()
         recorder.flush()
-    return CompatibilityRun(sweeps, run_folder(ctx), criu_version(binary), n)
+    # The fingerprint read the version of the same binary (fingerprint.criu_binary).
+    return CompatibilityRun(sweeps, run_folder(ctx), tool_version_of(ctx.fingerprint, "criu"), n)

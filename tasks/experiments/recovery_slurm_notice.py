@@ -163,16 +163,8 @@ def run_slurm_notice_trial(
         if probe:
             probe.stop()
         if job is not None:
-            # The first attempt's end in accounting (PREEMPTED, REQUEUED…), or, for a copy
-            # the harness requeued, the state it saw first (TIMEOUT): accounting rewrites a
-            # requeued attempt's state to REQUEUED.
-            by_harness = rec.events(trial, arm, "requeued_by_harness")
             with contextlib.suppress(SlurmError):
-                row["fault_outcome"] = (
-                    str(by_harness[-1].detail["state"])
-                    if by_harness
-                    else _first_attempt_state(cluster, job)
-                )
+                row["fault_outcome"] = _fault_outcome(setup, job, trial, arm)
         left = cluster.stop_all()
         rec.import_jsonl(events)
         if left:
@@ -279,6 +271,17 @@ def _recoverable(
         step = app_resume_step(plan, step_at_fault)
         return step, progress_event(rec, trial, arm, step)
     return 0, launched
+
+
+def _fault_outcome(setup: TrialSetup, job: SlurmJob, trial: str, arm: str) -> str:
+    """The first attempt's end in accounting (PREEMPTED, REQUEUED…), or, for a copy the
+    harness requeued, the state it saw first (TIMEOUT): accounting rewrites a requeued
+    attempt's state to REQUEUED."""
+    by_harness = setup.recorder.events(trial, arm, "requeued_by_harness")
+    if by_harness:
+        return str(by_harness[-1].detail["state"])
+    assert isinstance(setup.cluster, SlurmCluster)
+    return _first_attempt_state(setup.cluster, job)
 
 
 def _first_attempt_state(cluster: SlurmCluster, job: SlurmJob, timeout: float = 10) -> str:

@@ -28,6 +28,7 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.data.fingerprint import bare_version
 from tasks.data.render import markdown_table
 from tasks.experiments.compatibility_result import wilson
 from tasks.window.weekly.model import WeekRows
@@ -46,9 +47,7 @@ def _week_end(week: str) -> pd.Timestamp:
 def version_label(kind: str, raw: Any) -> str:
     """'criu 4.2.1' from 'Version: 4.2.1' (the fingerprint's first line of `criu --version`)
     or '4.2.1' (the compatibility row's); '<kind> unknown' when there is none."""
-    text = "" if raw is None or pd.isna(raw) else str(raw).strip()
-    text = re.sub(r"^(version:?\s*)", "", text, flags=re.IGNORECASE).strip()
-    text = re.sub(rf"^{re.escape(kind)}\s+(version\s*)?", "", text, flags=re.IGNORECASE)
+    text = "" if raw is None or pd.isna(raw) else bare_version(str(raw), kind)
     return f"{kind} {text or 'unknown'}"
 
 
