@@ -129,6 +129,13 @@ class JsonConversion:
 
 def number(value: Any, path: str) -> int | None:
     """A plain number or ``{set, infinite, number}`` → int; None when unset or infinite."""
+    kind = type(value)
+    if kind is int:  # the common cases first: this runs a dozen times a job
+        return value
+    if kind is dict:
+        if value.get("infinite") or not value.get("set", True):
+            return None
+        return number(value.get("number"), path)
     if value is None:
         return None
     if isinstance(value, bool):
@@ -220,6 +227,10 @@ def exit_text(value: Any, path: str) -> str:
 
 
 def _text(value: Any, path: str) -> str:
+    if type(value) is str:
+        return (
+            value.replace("|", "/").replace("\n", " ") if "|" in value or "\n" in value else value
+        )
     if value is None:
         return ""
     if isinstance(value, str):
