@@ -1,0 +1,226 @@
+"""sacct --json against sacct -P: the same jobs through ``run_baseline``, side by side.
+
+    uv run python bench/sacct_json_ingest.py --rows 200000      # develop
+    uv run python bench/sacct_json_ingest.py --rows 1000000     # the target: JSON ≤ 2× -P
+
+The -P dump is bench/synth_sacct.py's (cached under .run/bench/); the JSON document holds the
+same jobs, each allocation row a job with its step rows as ``steps``, in data_parser v0.0.44's
+shape (numbers as ``{set, infinite, number}``, states as flag lists, step ids "JOB.STEP",
+energy as the -2 sentinel). Each contender runs in a fresh child; its wall time and peak RSS
+(``ru_maxrss``) are printed side by side with the ratio. Fields the baseline does not read are
+not in the document, so a real site's document (with statistics, comments, …) is larger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from synth_sacct import cached_dump  # noqa: E402
+
+CACHE = REPO / ".run" / "bench"
+PLAN = REPO / "plans" / "demo.yaml"
+BENCH_KEY = "bench-only-key-0123456789abcdef!"  # 32 characters, not a secret
+TARGET_RATIO = 2.0
+
+
+def _epoch(text: str) -> int:
+    if not text or text in ("Unknown", "None"):
+        return 0
+    return int(time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S")) - time.timezone)
+
+
+def _no_val(n: int | None) -> dict[str, Any]:
+    return {"set": n is not None, "infinite": False, "number": n or 0}
+
+
+def _tres(text: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = [{"type": "energy", "name": "", "id": 3, "count": -2}]
+    for item in filter(None, text.split(",")):
+        name, _, value = item.partition("=")
+        kind, _, sub = name.partition("/")
+        if kind == "mem":
+            value = value.rstrip("M")
+        if value.isdigit():
+            out.append({"type": kind, "name": sub, "id": 1, "count": int(value)})
+    return out
+
+
+def _limit(text: str) -> dict[str, Any]:
+    if text in ("UNLIMITED", "Partition_Limit", ""):
+        return {"set": False, "infinite": text == "UNLIMITED", "number": 0}
+    days, _, hms = text.rpartition("-")
+    parts = [int(p) for p in hms.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return _no_val((int(days or 0) * 24 + parts[0]) * 60 + parts[1])
+
+
+def _job(r: dict[str, str]) -> dict[str, Any]:
+    shown = r["JobID"]
+    array_job, task, het_job, offset = 0, None, 0, None
+    if "_" in shown and "[" not in shown:
+        a, t = shown.split("_", 1)
+        array_job, task = int(a), int(t)
+    elif "+" in shown:
+        h, o = shown.split("+", 1)
+        het_job, offset = int(h), int(o)
+    return {
+        "account": r["Account"],
+        "allocation_nodes": int(r["NNodes"] or 0),
+        "array": {"job_id": array_job, "task_id": _no_val(task)},
+        "cluster": r["Cluster"],
+        "exit_code": _exit(r["ExitCode"]),
+        "het": {"job_id": het_job, "job_offset": _no_val(offset)},
+        "job_id": int(r["JobIDRaw"]),
+        "name": r["JobName"],
+        "nodes": r["NodeList"],
+        "partition": r["Partition"],
+        "state": {"current": [r["State"].split(" ")[0]], "reason": "None"},
+        "steps": [],
+        "time": {
+            "elapsed": int(r["ElapsedRaw"] or 0),
+            "end": _epoch(r["End"]),
+            "limit": _limit(r["Timelimit"]),
+            "start": _epoch(r["Start"]),
+            "submission": _epoch(r["Submit"]),
+        },
+        "tres": {"allocated": _tres(r["AllocTRES"])},
+        "user": r["User"],
+    }
+
+
+def _exit(text: str) -> dict[str, Any]:
+    rc, _, sig = text.partition(":")
+    return {
+        "status": ["SUCCESS"],
+        "return_code": _no_val(int(rc) if rc.isdigit() else 0),
+        "signal": {"id": _no_val(int(sig) if sig.isdigit() else None), "name": ""},
+    }
+
+
+def _step(r: dict[str, str]) -> dict[str, Any]:
+    return {
+        "time": {
+            "elapsed": int(r["ElapsedRaw"] or 0),
+            "start": _no_val(_epoch(r["Start"])),
+            "end": _no_val(_epoch(r["End"])),
+        },
+        "exit_code": _exit(r["ExitCode"]),
+        "nodes": {"count": int(r["NNodes"] or 0), "range": r["NodeList"]},
+        "state": [r["State"].split(" ")[0]],
+        "step": {"id": r["JobIDRaw"], "name": r["JobName"]},
+        "tres": {"allocated": _tres(r["AllocTRES"])},
+    }
+
+
+def write_json(psv: Path, out: Path) -> tuple[int, int]:
+    """The -P dump's jobs as one v0.0.44 document (steps under their job); (jobs, steps)."""
+    jobs = steps = 0
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    with open(psv, newline="") as src, open(tmp, "w") as dst:
+        reader = csv.DictReader(src, delimiter="|", quoting=csv.QUOTE_NONE)
+        dst.write(
+            '{"meta": {"plugin": {"data_parser": "data_parser/v0.0.44"}, "slurm": '
+            '{"release": "25.11.0"}}, "errors": [], "warnings": [], "jobs": [\n'
+        )
+        current: dict[str, Any] | None = None
+        for r in reader:
+            if "." in r["JobIDRaw"] and current is not None:
+                current["steps"].append(_step(r))
+                steps += 1
+                continue
+            if current is not None:
+                dst.write(("," if jobs > 1 else "") + json.dumps(current) + "\n")
+            current, jobs = _job(r), jobs + 1
+        if current is not None:
+            dst.write(("," if jobs > 1 else "") + json.dumps(current) + "\n")
+        dst.write("]}\n")
+    os.replace(tmp, out)
+    return jobs, steps
+
+
+def child(path: str) -> None:
+    """One baseline run in this process: prints its seconds, peak RSS and summary."""
+    from tasks.baseline.run import run_baseline
+    from tasks.data.plan import load_plan
+    from tasks.data.runctx import make_run_context
+
+    data = CACHE / f"data-{os.getpid()}"
+    plan = load_plan(PLAN).model_copy(update={"data_dir": str(data)})
+    t = time.perf_counter()
+    result = run_baseline(plan, make_run_context(plan, PLAN), sacct_file=path, use_dask=False)
+    secs = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    s = result.summary
+    print(
+        json.dumps(
+            {
+                "seconds": secs,
+                "peak_mib": peak,
+                "rows_read": s["rows_read"],
+                "quarantined": s["rows_quarantined"],
+                "allocations": sum(s["allocations_by_state"].values()),
+            }
+        )
+    )
+
+
+def run_child(path: Path) -> dict[str, Any]:
+    env = {**os.environ, "CKPT_POC_PSEUDONYM_KEY": BENCH_KEY}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=200_000, help="rows of the -P dump")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        child(args.child)
+        return 0
+    psv, _ = cached_dump(CACHE, args.rows, args.seed)
+    doc = psv.with_suffix(".v0.0.44.json")
+    if not doc.exists():
+        t = time.perf_counter()
+        jobs, steps = write_json(psv, doc)
+        print(f"wrote {jobs:,} jobs ({steps:,} steps) as JSON in {time.perf_counter() - t:.1f}s")
+    print(f"-P   {psv.stat().st_size / 2**20:8.0f} MiB  {psv.name}")
+    print(f"JSON {doc.stat().st_size / 2**20:8.0f} MiB  {doc.name}")
+    psv_r, json_r = run_child(psv), run_child(doc)
+    for name, r in (("-P", psv_r), ("JSON", json_r)):
+        print(
+            f"{name:5} {r['seconds']:7.1f} s  peak {r['peak_mib']:7.0f} MiB  rows "
+            f"{r['rows_read']:,}  quarantined {r['quarantined']:,}  allocations "
+            f"{r['allocations']:,}"
+        )
+    ratio = json_r["seconds"] / psv_r["seconds"]
+    print(
+        f"ratio JSON/-P {ratio:.2f} (target ≤ {TARGET_RATIO}): "
+        f"{'met' if ratio <= TARGET_RATIO else 'NOT met'}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,254 @@
+"""``sacct --json`` of every data_parser version, v0.0.37 (21.08) to v0.0.44 (25.11), through
+the real baseline: the same jobs give the same numbers in every version, and the same numbers
+as a ``sacct -P`` dump of those jobs."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tasks.baseline import fields, sacct_json
+from tasks.baseline.dump_layout import SACCT_FIELDS
+from tasks.baseline.run import BaselineResult, run_baseline
+from tasks.data.errors import AccountingError
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
+from tests.conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "sacct_json"
+VERSIONS = [f"v0.0.{n}" for n in range(37, 45)]
+DEMO_PLAN = REPO / "plans" / "demo.yaml"
+
+# The fixtures' jobs as sacct -P prints them (allocations only; written by hand from
+# make_fixtures.JOBS, not by the converter).
+D = "2026-11-02T"
+PSV_ALLOCATIONS = [
+    f"5001|5001|c1|gpu|alice|proj|train5001|COMPLETED|0:0|{D}00:00:00|{D}00:01:00|"
+    f"{D}01:01:00|01:00:00|3600|02:00:00|1|4|cpu=4,mem=8G,node=1|n1",
+    f"5002|5002|c1|gpu|alice|proj|train5002|FAILED|3:0|{D}00:00:00|{D}00:01:00|"
+    f"{D}00:31:00|00:30:00|1800|01:00:00|1|8|cpu=8,gres/gpu:a100=4,gres/gpu=4,node=1|n1",
+    f"5003|5003|c1|gpu|alice|proj|train5003|TIMEOUT|0:0|{D}00:00:00|{D}00:01:00|"
+    f"{D}01:02:00|01:01:00|3660|01:00:00|1|2|cpu=2,gres/gpu=2,node=1|n1",
+    f"5004|5004|c1|gpu|alice|proj|train5004|PREEMPTED|0:0|{D}00:00:00|{D}00:02:00|"
+    f"{D}02:02:00|02:00:00|7200|10:00:00|2|16|cpu=16,gres/gpu:v100=2,gres/gpu:t4=1,node=2|"
+    "n[1-2]",
+    f"5005|5005|c1|gpu|alice|proj|train5005|NODE_FAIL|0:0|{D}00:00:00|{D}00:01:00|"
+    f"{D}03:01:00|03:00:00|10800|UNLIMITED|2|32|cpu=32,gres/gpu=8,node=2|n[1-2]",
+    f"5006|5006|c1|gpu|alice|proj|train5006|CANCELLED by 1000|0:15|{D}00:00:00|"
+    f"{D}00:01:00|{D}00:11:00|00:10:00|600|01:00:00|1|1|cpu=1,node=1|n1",
+    f"5007|5007|c1|gpu|alice|proj|requeued|REQUEUED|0:0|{D}00:00:00|{D}00:01:00|"
+    f"{D}00:16:00|00:15:00|900|02:00:00|1|2|cpu=2,gres/gpu=1,node=1|n1",
+    f"5007|5007|c1|gpu|alice|proj|requeued|COMPLETED|0:0|{D}00:16:00|{D}00:16:40|"
+    f"{D}01:16:40|01:00:00|3600|02:00:00|1|2|cpu=2,gres/gpu=1,node=1|n1",
+    f"5010_3|5013|c1|gpu|alice|proj|sweep|COMPLETED|0:0|{D}00:00:00|{D}00:01:00|"
+    f"{D}01:01:00|01:00:00|3600|01:30:00|1|1|cpu=1,gres/gpu=1,node=1|n1",
+    f"5020+0|5020|c1|gpu|alice|proj|het|COMPLETED|0:0|{D}00:00:00|{D}00:01:00|"
+    f"{D}01:01:00|01:00:00|3600|01:30:00|1|4|cpu=4,node=1|n1",
+    f"5020+1|5021|c1|gpu|alice|proj|het|COMPLETED|0:0|{D}00:00:00|{D}00:01:00|"
+    f"{D}01:01:00|01:00:00|3600|01:30:00|1|2|cpu=2,gres/gpu=2,node=1|n1",
+    f"5030|5030|c1|gpu|alice|proj|train5030|RUNNING|0:0|{D}00:00:00|{D}00:01:00|Unknown|"
+    "00:30:00|1800|UNLIMITED|1|2|cpu=2,gres/gpu=1,node=1|n1",
+]
+STEPS_PER_DOCUMENT = 17
+MEASURES = (
+    "allocations_by_state",
+    "node_hours_by_state",
+    "gpu_hours_by_state",
+    "exposed_gpu_hours",
+    "timeout_gpu_hours",
+    "chains",
+    "not_computed",
+)
+
+
+def same(a: object, b: object) -> bool:
+    """Equal, floats to 1e-9 relative, dicts key by key."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return a == pytest.approx(b, rel=1e-9)
+
+
+def baseline(tmp_path: Path, name: str, text: str) -> BaselineResult:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    dump = tmp_path / name
+    dump.write_text(text)
+    plan = load_plan(DEMO_PLAN).model_copy(update={"data_dir": str(tmp_path / "data")})
+    return run_baseline(plan, make_run_context(plan, DEMO_PLAN), sacct_file=str(dump))
+
+
+@pytest.fixture(scope="module")
+def psv_summary(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    text = "|".join(SACCT_FIELDS) + "\n" + "\n".join(PSV_ALLOCATIONS) + "\n"
+    return baseline(tmp_path_factory.mktemp("psv"), "jobs.psv", text).summary
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_every_version_gives_the_numbers_of_the_same_jobs_read_from_sacct_p(
+    tmp_path: Path, version: str, psv_summary: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    text = (FIXTURES / f"{version}.json").read_text()
+    with caplog.at_level(logging.WARNING, logger=sacct_json.__name__):
+        s = baseline(tmp_path, f"{version}.json", text).summary
+    assert caplog.records == []  # a known version, read whole: nothing to warn about
+    assert s["rows_quarantined"] == 0
+    assert s["rows_read"] == len(PSV_ALLOCATIONS) + STEPS_PER_DOCUMENT
+    for key in MEASURES:
+        assert same(s[key], psv_summary[key]), key
+    # And the numbers themselves, from the jobs as written.
+    assert s["allocations_by_state"] == {
+        "COMPLETED": 5,
+        "FAILED": 1,
+        "TIMEOUT": 1,
+        "PREEMPTED": 1,
+        "NODE_FAIL": 1,
+        "CANCELLED": 1,
+        "REQUEUED": 1,
+        "RUNNING": 1,
+    }
+    gpu = s["gpu_hours_by_state"]
+    assert gpu["FAILED"] == pytest.approx(2.0)  # untyped gres/gpu=4 taken, not 4 + 4
+    assert gpu["PREEMPTED"] == pytest.approx(6.0)  # typed only: 2 + 1, for 2 h
+    assert gpu["TIMEOUT"] == pytest.approx(2 * 3660 / 3600)
+    assert s["node_hours_by_state"]["NODE_FAIL"] == pytest.approx(6.0)
+    assert s["timeout_gpu_hours"] == pytest.approx(2 * 3660 / 3600)
+
+
+def test_the_fixtures_are_what_the_generator_writes() -> None:
+    """The committed documents are make_fixtures.py's output (no hand edits drifted)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_fixtures", FIXTURES / "make_fixtures.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for n in range(37, 45):
+        written = json.loads((FIXTURES / f"v0.0.{n}.json").read_text())
+        assert written == module.document(n), n
+
+
+@pytest.mark.parametrize(
+    ("step_id", "suffix"),
+    [
+        ("batch", "batch"),  # v0.0.37/38
+        (0, "0"),
+        ({"job_id": 5737, "step_id": "extern"}, "extern"),  # v0.0.39
+        ({"job_id": 5737, "step_het_component": 1, "step_id": "0"}, "0"),
+        ("5737.batch", "batch"),  # v0.0.40 on
+        ("5737_3.0", "0"),
+        ("5737+1.interactive", "interactive"),
+        ("5737.0+1", "0"),
+        ({"id": "5737.4"}, "4"),
+    ],
+)
+def test_step_ids_in_every_shape(step_id: object, suffix: str) -> None:
+    assert sacct_json.step_suffix(step_id, "steps[0].step.id") == suffix
+
+
+def test_state_flags_read_as_sacct_p_prints_them() -> None:
+    assert sacct_json.state_text(["TIMEOUT"], "state") == "TIMEOUT"
+    assert sacct_json.state_text(["PENDING", "REQUEUED"], "state") == "REQUEUED"
+    assert sacct_json.state_text(["COMPLETED", "REQUEUED"], "state") == "REQUEUED"
+    assert sacct_json.state_text({"current": "FAILED"}, "state") == "FAILED"
+    with pytest.raises(sacct_json.Unreadable, match=r"state\.current: int"):
+        sacct_json.state_text({"current": 3}, "state")
+
+
+def test_untracked_tres_counts_are_dropped_not_a_bad_row() -> None:
+    entries = [
+        {"type": "cpu", "name": "", "count": 4},
+        {"type": "energy", "name": "", "count": -2},
+        {"type": "fs", "name": "disk", "count": None},
+        {"type": "gres", "name": "gpu", "count": {"set": True, "infinite": False, "number": 2}},
+    ]
+    text = sacct_json.tres_text(entries, "tres.allocated")
+    assert text == "cpu=4,gres/gpu=2"
+    parsed = fields.parse_tres(text)
+    assert not parsed["bad"] and parsed["gpus"] == 2
+
+
+def test_time_limit_and_open_jobs() -> None:
+    assert sacct_json._time_limit({"set": False, "infinite": True, "number": 0}, "l") == (
+        "UNLIMITED"
+    )
+    assert sacct_json._time_limit({"set": True, "infinite": False, "number": 90}, "l") == "90"
+    assert sacct_json._time_limit({"set": False, "infinite": False, "number": 0}, "l") == ""
+    assert sacct_json._time_limit(None, "l") == "UNLIMITED"
+    assert sacct_json.epoch_text(0, "time.end") == "Unknown"
+    assert sacct_json.epoch_text({"set": False, "number": 0}, "time.end") == "Unknown"
+
+
+def _doc_45() -> dict:
+    doc = json.loads((FIXTURES / "v0.0.44.json").read_text())
+    doc["meta"]["plugin"]["data_parser"] = "data_parser/v0.0.45"
+    doc["meta"]["slurm"]["release"] = "26.05.0"
+    return doc
+
+
+def test_an_unseen_version_is_read_as_far_as_it_goes_and_named_in_a_warning(
+    tmp_path: Path, psv_summary: dict, caplog: pytest.LogCaptureFixture
+) -> None:
+    doc = _doc_45()
+    doc["jobs"][5]["time"]["limit"] = ["90", "minutes"]  # a shape no version gave
+    with caplog.at_level(logging.WARNING, logger=sacct_json.__name__):
+        result = baseline(tmp_path, "v45.json", json.dumps(doc))
+    (record,) = caplog.records
+    message = record.getMessage()
+    assert "data_parser v0.0.45 (Slurm 26.05.0)" in message
+    assert "has not seen (it reads v0.0.37–v0.0.44)" in message
+    assert "read 11 of 12 jobs" in message
+    assert "first field it could not read: jobs[5] time.limit: list" in message
+    s = result.summary
+    # The unreadable job (5006, the CANCELLED one) is quarantined; every other job is read.
+    assert s["rows_quarantined"] == 1
+    (quarantined,) = pq.read_table(result.written["quarantine"][0]).to_pylist()
+    assert quarantined["raw"].startswith("unreadable-json-jobs[5].time.limit|")
+    assert "JobID" in quarantined["reason"]
+    expected = dict(psv_summary["allocations_by_state"])
+    del expected["CANCELLED"]
+    assert s["allocations_by_state"] == expected
+    expected_gpu = {k: v for k, v in psv_summary["gpu_hours_by_state"].items() if k != "CANCELLED"}
+    assert same(s["gpu_hours_by_state"], expected_gpu)
+
+
+def test_an_unseen_version_read_whole_is_still_named(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger=sacct_json.__name__):
+        sacct_json.sacct_json_to_psv(json.dumps(_doc_45()), "v45.json")
+    (record,) = caplog.records
+    assert "v0.0.45" in record.getMessage()
+    assert "read 12 of 12 jobs; every field it needs was read" in record.getMessage()
+
+
+def test_an_unreadable_job_names_its_field_and_never_a_value() -> None:
+    doc = json.loads((FIXTURES / "v0.0.41.json").read_text())
+    broken = copy.deepcopy(doc)
+    broken["jobs"][1]["tres"]["allocated"] = "gres/gpu=4"  # a string, not a list
+    broken["jobs"][1]["user"] = "secret-alice"
+    conversion = sacct_json.convert_sacct_json(json.dumps(broken), "x.json")
+    assert conversion.unreadable == [(1, "tres.allocated: str, expected a list of TRES")]
+    lines = conversion.psv.decode().splitlines()
+    (row,) = [line for line in lines if line.startswith("unreadable-json-jobs[1].")]
+    assert row == "unreadable-json-jobs[1].tres.allocated" + "|" * (len(SACCT_FIELDS) - 1)
+    assert "secret-alice" not in conversion.psv.decode()
+    assert conversion.problems("x.json").startswith(
+        "x.json: sacct --json from data_parser v0.0.41 (Slurm 24.05.8): read 11 of 12 jobs"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"meta": {}, "errors": []}', "no 'jobs' list"),
+        ('{"jobs": [{"job_id": 1}, ', "not valid sacct --json output"),
+        ('{"jobs": [{"job_id": 1} {"job_id": 2}]}', "expected , or ] at line 1"),
+        ("{}", "no 'jobs' list"),
+    ],
+)
+def test_broken_documents_are_refused_with_a_clear_message(text: str, message: str) -> None:
+    with pytest.raises(AccountingError, match=message) as info:
+        sacct_json.sacct_json_to_psv(text, "broken.json")
+    assert str(info.value).startswith("broken.json: ")
