@@ -138,8 +138,8 @@ def test_header_lacking_required_fields_is_a_clear_error() -> None:
 
     from tasks.data.errors import AccountingError
 
-    with pytest.raises(AccountingError, match=r"dump.psv:1: the header lacks State"):
-        parse("JobID|Submit\n1|2026-01-01T00:00:00\n")
+    with pytest.raises(AccountingError, match=r"dump.psv:1: the header lacks JobID"):
+        parse("State|Submit\nCOMPLETED|2026-01-01T00:00:00\n")
     with pytest.raises(AccountingError, match=r"no header line, and the first row has 3 fields"):
         parse("1|COMPLETED|x\n")
 

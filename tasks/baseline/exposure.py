@@ -334,6 +334,8 @@ def rank_candidates(
             "chains": np.bincount(chain_pairs[0], minlength=k).astype(np.int64),
         }
     )
+    if top is None:  # a part's: combine_parts keeps and ranks them once all are in
+        return out.assign(rank=0)
     return order_candidates(out, top)
 
 
@@ -370,7 +372,7 @@ class ExposurePart:
 
     by_state: pd.DataFrame
     chains: list[tuple[int, list[str]]]  # (first submit µs, job ids)
-    candidates: pd.DataFrame  # every workload with exposure, unranked
+    candidates: pd.DataFrame  # every workload, unranked
     duplicates: int
     window: tuple[pd.Timestamp | None, pd.Timestamp | None]
 
