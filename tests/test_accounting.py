@@ -94,7 +94,7 @@ def test_header_in_another_order_with_missing_optional_fields() -> None:
 
 def test_bad_rows_are_quarantined_with_reason_and_line() -> None:
     bad = [
-        "short|row",
+        ROWS[0] + "|extra",  # one field too many (a short row reads as empty fields)
         ROWS[0].replace("COMPLETED", "exploded!"),
         ROWS[0].replace("2026-11-01T10:00:00", "yesterday"),
         ROWS[0].replace("|3600|", "|12x|"),
@@ -107,7 +107,7 @@ def test_bad_rows_are_quarantined_with_reason_and_line() -> None:
     assert jobs.num_rows == 1
     assert read == jobs.num_rows + len(quarantine) == 1 + len(bad)
     reasons = {q.source_line: q.reason for q in quarantine}
-    assert reasons[4] == "2 fields, expected 19"  # line 3 is the blank line
+    assert reasons[4] == "20 fields, expected 19"  # line 3 is the blank line
     assert "State is empty or not a state name" in reasons[5]
     assert "Submit is not a timestamp" in reasons[6]
     assert "ElapsedRaw" in reasons[7]
@@ -138,8 +138,8 @@ def test_header_lacking_required_fields_is_a_clear_error() -> None:
 
     from tasks.data.errors import AccountingError
 
-    with pytest.raises(AccountingError, match=r"dump.psv:1: the header lacks State"):
-        parse("JobID|Submit\n1|2026-01-01T00:00:00\n")
+    with pytest.raises(AccountingError, match=r"dump.psv:1: the header lacks JobID"):
+        parse("State|Submit\nCOMPLETED|2026-01-01T00:00:00\n")
     with pytest.raises(AccountingError, match=r"no header line, and the first row has 3 fields"):
         parse("1|COMPLETED|x\n")
 

@@ -243,9 +243,9 @@ def test_no_header_line_is_said_only_without_one() -> None:
         parse(cut(["JobID", "State", "ElapsedRaw"], header=False))
     assert "--format FIELDS" in str(caught.value)
     with pytest.raises(AccountingError) as header:
-        parse("JobID|Submit\n")  # a header, lacking State: said as such
+        parse("State|Submit\n")  # a header, lacking the job id: said as such
     assert "no header line" not in str(header.value)
-    assert "site.psv:1: the header lacks State" in str(header.value)
+    assert "site.psv:1: the header lacks JobID (or JobIDRaw)" in str(header.value)
 
 
 # --- --format for header-less dumps ---------------------------------------------------------
@@ -341,9 +341,10 @@ def test_implausible_dates_and_negative_times_are_quarantined_with_their_reason(
 def test_a_run_whose_every_row_is_quarantined_fails_its_gate(tmp_path: Path) -> None:
     rows = sample_rows()
     fields = list(rows[0])
-    cut_short = [line.rsplit("|", 2)[0] for line in cut(fields, rows).splitlines()[1:]]
+    # One field too many on every row (a row short of fields reads them as empty).
+    too_long = [line + "|x" for line in cut(fields, rows).splitlines()[1:]]
     with pytest.raises(GateFailed) as caught:
-        baseline(tmp_path, "\n".join(["|".join(fields), *cut_short]) + "\n")
+        baseline(tmp_path, "\n".join(["|".join(fields), *too_long]) + "\n")
     message = str(caught.value)
     assert "input_has_parsed_rows" in message and "quarantined_share_within_plan_limit" in message
     assert f"{len(rows)} of {len(rows)} rows quarantined (100.0%)" in message
@@ -378,18 +379,18 @@ def test_quarantine_raw_keeps_no_identity_in_clear(tmp_path: Path) -> None:
     lines += [
         # A job name holding the delimiter: one field too many.
         cut(fields, [{**first, "JobName": "a|b"}], header=False).strip(),
-        # Cut short.
+        # Cut short: read with the missing fields empty.
         "|".join(first[f] for f in fields[:8]),
         # Parsed, then quarantined: a count that is none.
         cut(fields, [{**first, "NCPUS": "many"}], header=False).strip(),
     ]
     result = baseline(tmp_path, "\n".join(lines) + "\n")
     n = len(rows)
-    assert result.summary["rows_quarantined"] == 3
+    assert result.summary["rows_quarantined"] == 2
+    assert result.summary["rows_short_of_fields"] == 1
     quarantine = pq.read_table(result.written["quarantine"]).to_pylist()
     assert {(q["source_line"], q["reason"].split(",")[0]) for q in quarantine} == {
         (n + 2, "21 fields"),
-        (n + 3, "8 fields"),
         (n + 4, "NCPUS is not an integer"),
     }
     assert all(q["raw"] for q in quarantine)

@@ -19,6 +19,8 @@ JSON_KEYS = {
     "timeout_gpu_hours",
     "chains",
     "not_computed",
+    "time_formats",
+    "rows_short_of_fields",
 }
 
 DUMP = (

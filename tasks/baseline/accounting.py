@@ -20,6 +20,7 @@ change each, by:
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 from collections.abc import Iterator
 
@@ -36,6 +37,7 @@ from tasks.baseline.pseudonym import KEY_ENV, Pseudonymiser, load_pseudonym_key
 from tasks.baseline.quarantine import Quarantined
 from tasks.baseline.source_files import open_source
 from tasks.baseline.source_sacct import run_sacct_live
+from tasks.baseline.time_formats import detect_dump_time_formats
 from tasks.data.slurm_states import DOCUMENTED_STATES
 
 # What the rest of ckpt-poc imports from here (among them DOCUMENTED_STATES and parse_tres,
@@ -60,6 +62,7 @@ __all__ = [
 ]
 
 BLOCK_BYTES = 32 << 20
+SAMPLE_BYTES = 1 << 20  # the dump's first bytes its time formats are detected from
 
 
 def iter_blocks(
@@ -109,11 +112,14 @@ def parse_sacct_stream(
     sacct_format: str | None = None,
     pseudonymise_job_names: bool = False,
     block_bytes: int = BLOCK_BYTES,
+    relative_to: tuple[dt.date, str] | None = None,
 ) -> Iterator[ParsedBlock]:
     """Parse a whole ``sacct -P`` stream block by block (the stream must be seekable).
 
     ``delimiter`` overrides the one the header shows (or '|'); ``sacct_format`` names the
-    columns of a header-less dump in sacct's --format syntax.
+    columns of a header-less dump in sacct's --format syntax. Each time field's format is
+    detected from the dump's first rows; ``relative_to`` (the day sacct ran, and where that
+    was read) dates SLURM_TIME_FORMAT=relative times (tasks.baseline.time_formats).
     """
     first, first_number, first_offset = _first_content_line(stream)
     if not first:
@@ -125,6 +131,11 @@ def parse_sacct_stream(
     else:
         stream.seek(first_offset)
         start_line = first_number
+    body = stream.tell()
+    sample = stream.read(SAMPLE_BYTES)
+    stream.seek(body)
+    where = f"{source}:{start_line}"
+    time_formats = detect_dump_time_formats(sample, layout, where, relative_to)
     for block, offset, newlines in iter_blocks(stream, block_bytes):
         yield parse_block(
             block,
@@ -133,4 +144,5 @@ def parse_sacct_stream(
             pseudonymiser,
             newlines=newlines,
             pseudonymise_job_names=pseudonymise_job_names,
+            time_formats=time_formats,
         )

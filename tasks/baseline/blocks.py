@@ -39,13 +39,14 @@ from tasks.baseline.fields import (
     parse_integers,
     parse_state,
     parse_timelimit,
-    parse_timestamps,
     parse_tres,
     text_of,
 )
 from tasks.baseline.pseudonym import Pseudonymiser
 from tasks.baseline.quarantine import Quarantined, misaligned_raw, quarantine_rows
+from tasks.baseline.time_formats import STANDARD, TIME_FIELDS, TimeFormat, parse_times
 from tasks.data.errors import AccountingError
+from tasks.data.slurm_states import UNKNOWN_STATE
 
 # The columns the parser produces; the jobs dataset adds the run stamp and fingerprint.
 JOB_COLUMNS = (
@@ -89,6 +90,9 @@ class ParsedBlock:
     fields: tuple[str, ...] = ()  # the known fields the dump has (see not_computed)
     # Parsed allocation rows per source of their GPU count (GPU_SOURCES, or "none").
     gpu_sources: dict[str, int] = field(default_factory=dict)
+    # Time field → the format its values were read in (TimeFormat.label).
+    time_formats: dict[str, str] = field(default_factory=dict)
+    short_rows: int = 0  # rows short of trailing fields, read with those fields empty
 
 
 # --- reading a block ---------------------------------------------------------------------------
@@ -96,17 +100,25 @@ class ParsedBlock:
 
 def _classify_lines(
     block: bytes, layout: DumpLayout, first_line: int, pseudonymiser: Pseudonymiser
-) -> tuple[list[int], list[Quarantined]]:
-    """Slow path for a block with empty or malformed lines: exact line numbers for each row."""
+) -> tuple[list[int], list[Quarantined], bytes | None, int]:
+    """Slow path for a block with empty or malformed lines: exact line numbers for each row,
+    the block with each row short of trailing fields padded with empty ones (None when none
+    is short) and how many were. sacct never drops a field, but tools that rewrite dumps
+    drop trailing empty ones; a row with more fields than the header is quarantined."""
     good: list[int] = []
     bad: list[Quarantined] = []
     delim = layout.delimiter
-    for i, line in enumerate(block.split(b"\n")):
+    lines = block.split(b"\n")
+    short = 0
+    for i, line in enumerate(lines):
         line = line.rstrip(b"\r")
         if not line:
             continue
         n = line.count(delim) + 1
-        if n == layout.n_fields:
+        if n < layout.n_fields:
+            lines[i] = line + delim * (layout.n_fields - n)
+            short += 1
+        if n <= layout.n_fields:
             good.append(first_line + i)
         else:
             bad.append(
@@ -116,7 +128,7 @@ def _classify_lines(
                     misaligned_raw(line.decode("utf-8", "replace"), layout, pseudonymiser),
                 )
             )
-    return good, bad
+    return good, bad, (b"\n".join(lines) if short else None), short
 
 
 _DICT = pa.dictionary(pa.int32(), pa.string())
@@ -125,13 +137,19 @@ _DICT = pa.dictionary(pa.int32(), pa.string())
 _FAST_TYPES: dict[str, pa.DataType] = {
     **dict.fromkeys(("JobID", "JobIDRaw", "Elapsed"), pa.string()),
     **dict.fromkeys(("ElapsedRaw", "NNodes", "NCPUS"), pa.int64()),
-    **dict.fromkeys(("Submit", "Start", "End"), pa.timestamp("s")),
 }
+# A time field's type on the fast path, by its format's kind (strftime and relative ones are
+# parsed from text by tasks.baseline.time_formats).
+_TIME_TYPES = {"standard": pa.timestamp("s"), "epoch": pa.int64()}
 _READ_BLOCK = 4 << 20  # pyarrow parses blocks of this size in parallel
 
 
 def _read_block(
-    data: bytes | memoryview, names: list[str], sep: str, typed: bool
+    data: bytes | memoryview,
+    names: list[str],
+    sep: str,
+    typed: bool,
+    time_formats: dict[str, TimeFormat],
 ) -> tuple[pa.Table, int]:
     """Read one block with pyarrow; returns the table and the number of malformed rows."""
     invalid = [0]
@@ -141,8 +159,11 @@ def _read_block(
         return "skip"
 
     if typed:
+        types = {n: _FAST_TYPES.get(n, _DICT) for n in names}
+        for name, fmt in time_formats.items():
+            types[name] = _TIME_TYPES.get(fmt.kind, pa.string())
         convert = pcsv.ConvertOptions(
-            column_types={n: _FAST_TYPES.get(n, _DICT) for n in names},
+            column_types=types,
             null_values=ABSENT,
             strings_can_be_null=False,
             timestamp_parsers=[pcsv.ISO8601],
@@ -169,27 +190,28 @@ def parse_block(
     newlines: int | None = None,
     pseudonymise_job_names: bool = False,
     default_cluster: str = "unknown",
+    time_formats: dict[str, TimeFormat] | None = None,
 ) -> ParsedBlock:
     """Parse one newline-aligned block whose first line is ``first_line`` (1-based).
 
     First the typed fast path; if any value in the block does not convert, the block is
     read again as raw bytes and every field is checked row by row (vectorised), so one bad
     value costs its block the slower path, never its neighbours a quarantine.
+    ``time_formats``: each time field's format (tasks.baseline.time_formats); standard
+    where not given.
     """
-    data: bytes | memoryview = block
-    if len(layout.delimiter) > 1:  # pyarrow's reader takes one byte: swap in a unit separator
-        data = bytes(block).replace(layout.delimiter, b"\x1f")
-    sep = "\x1f" if len(layout.delimiter) > 1 else layout.delimiter.decode()
-    names = layout.column_names
-    try:
-        table, invalid = _read_block(data, names, sep, typed=True)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        table, invalid = _read_block(data, names, sep, typed=False)
+    formats = {n: (time_formats or {}).get(n, STANDARD) for n in TIME_FIELDS if n in layout.names}
+    table, invalid = _read_either(block, layout, formats)
     if newlines is None:
         newlines = bytes(block).count(b"\n")
     n_lines = newlines + (0 if block[-1:] == b"\n" else 1)
+    short_rows = 0
     if invalid or table.num_rows != n_lines:
-        good_lines, quarantine = _classify_lines(bytes(block), layout, first_line, pseudonymiser)
+        good_lines, quarantine, padded, short_rows = _classify_lines(
+            bytes(block), layout, first_line, pseudonymiser
+        )
+        if padded is not None:
+            table, _ = _read_either(padded, layout, formats)
         lines = pa.array(good_lines, pa.int64())
     else:
         quarantine = []
@@ -202,13 +224,38 @@ def parse_block(
     jobs, more, gpu_sources = _parse_fields(
         table.combine_chunks(),
         lines,
-        layout,
-        pseudonymiser,
-        pseudonymise_job_names,
-        default_cluster,
+        _Reading(layout, pseudonymiser, pseudonymise_job_names, default_cluster, formats),
     )
     quarantine.extend(more)
-    return ParsedBlock(jobs, quarantine, rows_read, layout.fields, gpu_sources)
+    labels = {name: fmt.label for name, fmt in formats.items()}
+    return ParsedBlock(jobs, quarantine, rows_read, layout.fields, gpu_sources, labels, short_rows)
+
+
+def _read_either(
+    block: bytes | memoryview, layout: DumpLayout, formats: dict[str, TimeFormat]
+) -> tuple[pa.Table, int]:
+    """The block typed where every value converts, else as raw bytes."""
+    data: bytes | memoryview = block
+    if len(layout.delimiter) > 1:  # pyarrow's reader takes one byte: swap in a unit separator
+        data = bytes(block).replace(layout.delimiter, b"\x1f")
+    sep = "\x1f" if len(layout.delimiter) > 1 else layout.delimiter.decode()
+    names = layout.column_names
+    try:
+        return _read_block(data, names, sep, True, formats)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return _read_block(data, names, sep, False, formats)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How a block's fields are read: the dump's layout and time formats, and the
+    pseudonymisation asked for."""
+
+    layout: DumpLayout
+    pseudonymiser: Pseudonymiser
+    pseudonymise_job_names: bool
+    default_cluster: str
+    time_formats: dict[str, TimeFormat]
 
 
 # --- a block's fields → job rows ---------------------------------------------------------------
@@ -276,17 +323,32 @@ def _identity(rows: _Rows, id_field: str) -> dict[str, pa.Array]:
         "array_task_id": _blank_to_null(task),
         "het_job_id": pc.if_else(pc.equal(het, ""), null_str, base),
         "het_offset": pc.cast(_blank_to_null(het), pa.int64()),
-        "step": _blank_to_null(step),
+        "step": map_distinct(_blank_to_null(step), _untruncated_step, pa.string()),
         "is_allocation": pc.equal(step, ""),
     }
 
 
-def _times(rows: _Rows) -> dict[str, pa.Array]:
-    """Submit, Start and End as UTC timestamps; unreadable or implausible ones flagged."""
+# The named steps sacct prints; a narrow column truncates them with '+' (``ext+``).
+_NAMED_STEPS = ("batch", "extern", "interactive")
+
+
+def _untruncated_step(step: str | None) -> str | None:
+    """A named step truncated by a narrow column (``bat+``) as its name; others as given."""
+    if step and step.endswith("+"):
+        named = [s for s in _NAMED_STEPS if s.startswith(step[:-1])]
+        if len(named) == 1:
+            return named[0]
+    return step
+
+
+def _times(rows: _Rows, formats: dict[str, TimeFormat]) -> dict[str, pa.Array]:
+    """Submit, Start and End as UTC timestamps, each read in its detected format; unreadable
+    or implausible ones flagged."""
     times = {}
-    for name in ("Submit", "Start", "End"):
-        times[name], bad = parse_timestamps(rows.raw(name))
-        rows.flag(bad, f"{name} is not a timestamp")
+    for name in TIME_FIELDS:
+        fmt = formats.get(name, STANDARD)
+        times[name], bad = parse_times(rows.raw(name), fmt)
+        rows.flag(bad, f"{name} is not a timestamp in the dump's format ({fmt.label})")
         rows.flag(
             implausible(times[name]),
             f"{name} is outside any plausible accounting history "
@@ -324,20 +386,15 @@ def _elapsed(rows: _Rows, elapsed_raw: pa.Array) -> pa.Array:
 
 
 def _parse_fields(
-    table: pa.Table,
-    lines: pa.Array,
-    layout: DumpLayout,
-    pseudonymiser: Pseudonymiser,
-    pseudonymise_job_names: bool,
-    default_cluster: str,
+    table: pa.Table, lines: pa.Array, reading: _Reading
 ) -> tuple[pa.Table, list[Quarantined], dict[str, int]]:
     """Every field of a block's rows → (job rows, quarantined rows, GPU sources counted)."""
+    layout, pseudonymiser = reading.layout, reading.pseudonymiser
+    pseudonymise_job_names = reading.pseudonymise_job_names
     rows = _Rows(table)
     # In the order of the reasons a row is quarantined for (see _Rows).
     identity = _identity(rows, layout.job_id_field)
-    st = rows.struct_of(
-        "State", parse_state, STATE_TYPE, "State is empty or not a state name (A-Z, 0-9, _)"
-    )
+    st = _states(rows, "State" in layout.names)
     ex = rows.struct_of("ExitCode", parse_exit, EXIT_TYPE, "ExitCode is not N:M, 0 ≤ N, M ≤ 255")
     tl = rows.struct_of(
         "Timelimit",
@@ -349,7 +406,7 @@ def _parse_fields(
         "AllocTRES", parse_tres, TRES_TYPE, "AllocTRES is not name=value[,name=value…]"
     )
     gpus, gpu_given = _gpu_counts(layout, tres, rows)
-    times = _times(rows)
+    times = _times(rows, reading.time_formats)
     counts = _counts(rows)
     elapsed = _elapsed(rows, counts["ElapsedRaw"])
     job_name, bad_utf8 = as_utf8(rows.raw("JobName"))
@@ -359,7 +416,9 @@ def _parse_fields(
     cluster = rows.text("Cluster").dictionary_decode()
     jobs = pa.table(
         {
-            "cluster": as_dictionary(pc.if_else(pc.equal(cluster, ""), default_cluster, cluster)),
+            "cluster": as_dictionary(
+                pc.if_else(pc.equal(cluster, ""), reading.default_cluster, cluster)
+            ),
             **identity,
             "partition": rows.text("Partition"),
             "user": pseudonymiser.column("user", rows.raw("User")),
@@ -396,6 +455,17 @@ def _parse_fields(
         table, lines, rows.reason, bad, layout, pseudonymiser, pseudonymise_job_names
     )
     return jobs.filter(pc.invert(bad)), quarantine, gpu_sources
+
+
+def _states(rows: _Rows, given: bool) -> pa.StructArray:
+    """Each row's state; a dump without State reads UNKNOWN for every row, flagging none
+    (its measures that need states are not computed: dump_layout.MEASURE_NEEDS)."""
+    if not given:
+        unknown = {"state": UNKNOWN_STATE, "bad": False}
+        return pa.repeat(pa.scalar(unknown, STATE_TYPE), rows.n)
+    return rows.struct_of(
+        "State", parse_state, STATE_TYPE, "State is empty or not a state name (A-Z, 0-9, _)"
+    )
 
 
 def _gpu_counts(

@@ -40,7 +40,7 @@ SACCT_FIELDS = (
 OLDER_GPU_FIELDS = ("AllocGRES", "ReqTRES", "ReqGRES")
 # The fields ckpt-poc reads from a dump; any other field a site dumps is carried, not read.
 KNOWN_FIELDS = (*SACCT_FIELDS, *OLDER_GPU_FIELDS)
-# What a dump must have at all: state counts need only the job id and the state.
+# What a dump must have at all: the job id (without State, hours are still counted).
 JOB_ID_FIELDS = ("JobID", "JobIDRaw")
 # What each measure needs besides that, as alternatives per need; a measure whose needs a
 # dump lacks is reported as not computed (``not_computed``), never as zero.
@@ -49,9 +49,9 @@ _GPUS_ALLOCATED = ("AllocTRES", "AllocGRES")
 MEASURE_NEEDS: dict[str, tuple[tuple[str, ...], ...]] = {
     "node_hours_by_state": (_ELAPSED, ("NNodes", "AllocTRES")),
     "gpu_hours_by_state": (_ELAPSED, _GPUS_ALLOCATED),
-    "exposed_gpu_hours": (_ELAPSED, _GPUS_ALLOCATED),
-    "timeout_gpu_hours": (_ELAPSED, _GPUS_ALLOCATED),
-    "chains": (("User",), ("Account",), ("JobName",), ("Submit",), ("End",)),
+    "exposed_gpu_hours": (("State",), _ELAPSED, _GPUS_ALLOCATED),
+    "timeout_gpu_hours": (("State",), _ELAPSED, _GPUS_ALLOCATED),
+    "chains": (("State",), ("User",), ("Account",), ("JobName",), ("Submit",), ("End",)),
     "candidates": (("Account",), ("JobName",)),
 }
 # Where a row's GPU count comes from, in this order: what was allocated (AllocTRES, or the
@@ -140,16 +140,11 @@ def _canonical(names: Sequence[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def _require_id_and_state(names: Sequence[str], where: str, what: str) -> None:
-    missing = []
+def _require_job_id(names: Sequence[str], where: str, what: str) -> None:
     if not set(names).intersection(JOB_ID_FIELDS):
-        missing.append("JobID (or JobIDRaw)")
-    if "State" not in names:
-        missing.append("State")
-    if missing:
         raise AccountingError(
-            f"{where}: {what} lacks {' and '.join(missing)}: even state counts need the job "
-            f"id and the state (ckpt-poc's full set: --format={','.join(SACCT_FIELDS)})"
+            f"{where}: {what} lacks JobID (or JobIDRaw): every count needs the job id "
+            f"(ckpt-poc's full set: --format={','.join(SACCT_FIELDS)})"
         )
 
 
@@ -203,7 +198,7 @@ def detect_layout(
             "comma-separated field names), and its delimiter is '|' unless --delimiter says"
         )
     names = _canonical(given)
-    _require_id_and_state(names, where, f"--format {sacct_format!r}")
+    _require_job_id(names, where, f"--format {sacct_format!r}")
     return DumpLayout(names, delim, trailing, False)
 
 
@@ -233,7 +228,7 @@ def _header_layout(
             "with --delimiter"
         )
     names = _canonical(fields)
-    _require_id_and_state(names, where, "the header")
+    _require_job_id(names, where, "the header")
     if sacct_format and [f.lower() for f in parse_format(sacct_format)] != [
         f.lower() for f in fields
     ]:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.baseline.fields import normalise_state
-from tasks.data.slurm_states import UNKNOWN_STATE
+from tasks.data.slurm_states import NO_STATE, UNKNOWN_STATE
 
 EXPOSED_STATES = (
     "FAILED",
@@ -186,7 +186,8 @@ class _Hours:
 
 def state_codes(alloc: pa.Table) -> tuple[np.ndarray, list[Any]]:
     """Codes and names of each allocation's final state; a state sacct does not document
-    (``state`` UNKNOWN) goes under its own name, read from ``state_raw``."""
+    (``state`` UNKNOWN) goes under its own name, read from ``state_raw``; one of a dump
+    without State (``state_raw`` empty) under NO_STATE."""
     codes, states = _codes(alloc.column("state"))
     if UNKNOWN_STATE not in states or "state_raw" not in alloc.column_names:
         return codes, states
@@ -194,7 +195,8 @@ def state_codes(alloc: pa.Table) -> tuple[np.ndarray, list[Any]]:
     index: dict[Any, int] = {}
     known = np.array([index.setdefault(s, len(index)) for s in states], dtype=np.int64)
     named = np.array(
-        [index.setdefault(normalise_state(s), len(index)) for s in raw_states], dtype=np.int64
+        [index.setdefault(normalise_state(s) or NO_STATE, len(index)) for s in raw_states],
+        dtype=np.int64,
     )
     unknown = codes == states.index(UNKNOWN_STATE)
     return np.where(unknown, named[raw_codes], known[codes]), list(index)
@@ -332,16 +334,23 @@ def rank_candidates(
             "chains": np.bincount(chain_pairs[0], minlength=k).astype(np.int64),
         }
     )
+    if top is None:  # a part's: combine_parts keeps and ranks them once all are in
+        return out.assign(rank=0)
     return order_candidates(out, top)
 
 
-def order_candidates(cands: pd.DataFrame, top: int | None) -> pd.DataFrame:
-    """Keep workloads with exposure, rank by exposed GPU-hours, then recurrence."""
-    out = cands[cands["exposed_allocations"] > 0].sort_values(
-        ["exposed_gpu_hours", "exposed_allocations", "chains", "workload"],
-        ascending=[False, False, False, True],
-        kind="stable",
-    )
+def order_candidates(
+    cands: pd.DataFrame, top: int | None, with_states: bool = True
+) -> pd.DataFrame:
+    """Keep workloads with exposure, rank by exposed GPU-hours, then recurrence. Without
+    states (a dump lacking State) there is no exposure: every workload, by GPU-hours."""
+    if with_states:
+        keys = ["exposed_gpu_hours", "exposed_allocations", "chains", "workload"]
+        kept = cands[cands["exposed_allocations"] > 0]
+    else:
+        keys = ["gpu_hours", "node_hours", "allocations", "workload"]
+        kept = cands
+    out = kept.sort_values(keys, ascending=[False, False, False, True], kind="stable")
     if top is not None:
         out = out.head(top)
     out = out.reset_index(drop=True)
@@ -363,7 +372,7 @@ class ExposurePart:
 
     by_state: pd.DataFrame
     chains: list[tuple[int, list[str]]]  # (first submit µs, job ids)
-    candidates: pd.DataFrame  # every workload with exposure, unranked
+    candidates: pd.DataFrame  # every workload, unranked
     duplicates: int
     window: tuple[pd.Timestamp | None, pd.Timestamp | None]
 
@@ -385,7 +394,7 @@ def exposure_part(jobs: Jobs, with_chains: bool = True) -> ExposurePart:
     )
 
 
-def combine_parts(parts: list[ExposurePart], top: int = 20) -> Exposure:
+def combine_parts(parts: list[ExposurePart], top: int = 20, with_states: bool = True) -> Exposure:
     by_state = pd.concat([p.by_state for p in parts]).groupby(level=0).sum().sort_index()
     gpu = by_state["gpu_hours"]
     # In order of first submit; ties (same second) by job ids, so every path agrees.
@@ -400,11 +409,11 @@ def combine_parts(parts: list[ExposurePart], top: int = 20) -> Exposure:
         exposed_gpu_hours=float(gpu[gpu.index.isin(EXPOSED_STATES)].sum()),
         timeout_gpu_hours=float(gpu.get("TIMEOUT", 0.0)),
         chains=chains,
-        candidates=order_candidates(cands, top),
+        candidates=order_candidates(cands, top, with_states),
         duplicates_ignored=sum(p.duplicates for p in parts),
         window=(min(starts) if starts else None, max(ends) if ends else None),
     )
 
 
-def compute_exposure(jobs: Jobs, with_chains: bool = True) -> Exposure:
-    return combine_parts([exposure_part(jobs, with_chains)])
+def compute_exposure(jobs: Jobs, with_chains: bool = True, with_states: bool = True) -> Exposure:
+    return combine_parts([exposure_part(jobs, with_chains)], with_states=with_states)

@@ -25,7 +25,7 @@ PLAUSIBLE_UNTIL = dt.datetime(2100, 1, 1)
 # One JobID grammar for allocations, steps, array tasks (and pending ranges) and het jobs.
 JOB_ID_RE = (
     r"^(?P<base>\d+)(?:_(?P<task>\d+|\[[^\]]*\]))?(?:\+(?P<het>\d+))?"
-    r"(?:\.(?P<step>[A-Za-z0-9_-]+))?$"
+    r"(?:\.(?P<step>[A-Za-z0-9_-]+\+?))?$"  # a narrow column ends a step with '+': 123.ext+
 )
 _DURATION_RE = re.compile(r"^(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)(?:\.\d+)?$")
 _MEM_UNITS = {"": 1 << 20, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -236,17 +236,6 @@ def as_dictionary(col: pa.Array) -> pa.Array:
     if pa.types.is_dictionary(col.type):
         return col
     return pc.dictionary_encode(pc.cast(col, pa.string()))
-
-
-def parse_timestamps(col: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """(UTC timestamps, bad mask): typed columns are already converted; raw ones parse here."""
-    utc = pa.timestamp("us", tz="UTC")
-    if pa.types.is_timestamp(col.type):
-        return pc.cast(pc.cast(col, pa.timestamp("us")), utc), pa.repeat(pa.scalar(False), len(col))
-    text, bad_utf8 = as_utf8(col)
-    parsed = pc.strptime(text, "%Y-%m-%dT%H:%M:%S", "us", error_is_null=True)
-    absent = pc.is_in(pc.fill_null(text, ""), pa.array(ABSENT))
-    return pc.cast(parsed, utc), pc.or_(pc.and_(pc.is_null(parsed), pc.invert(absent)), bad_utf8)
 
 
 def parse_integers(col: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:

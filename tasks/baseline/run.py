@@ -29,6 +29,7 @@ from tasks.baseline.exposure import (
     compute_exposure,
     exposure_part,
 )
+from tasks.baseline.time_formats import file_anchor
 from tasks.data.datasets import DATASETS, EXPOSURE, JOBS, QUARANTINE
 from tasks.data.errors import AccountingError
 from tasks.data.gates import (
@@ -55,6 +56,8 @@ class Ingested:
     source: str
     fields: tuple[str, ...] = ()  # the known fields the dump has
     gpu_sources: dict[str, int] = field(default_factory=dict)
+    time_formats: dict[str, str] = field(default_factory=dict)  # time field → format read
+    short_rows: int = 0  # rows short of trailing fields, read with those fields empty
 
     @property
     def rows_parsed(self) -> int:
@@ -69,6 +72,8 @@ class BaselineResult:
     path: str  # "memory" or "dask"
     written: dict[str, list[Path]] = field(default_factory=dict)
     key_origin: str = ""
+    time_formats: dict[str, str] = field(default_factory=dict)  # time field → format read
+    short_rows: int = 0  # rows short of trailing fields, read with those fields empty
     # Parsed allocation rows per source of their GPU count (acct.GPU_SOURCES or "none").
     gpu_sources: dict[str, int] = field(default_factory=dict)
 
@@ -81,10 +86,12 @@ def ingest_stream(
     delimiter: bytes | None = None,
     sacct_format: str | None = None,
     pseudonymise_job_names: bool = False,
+    relative_to: tuple[dt.date, str] | None = None,
 ) -> Ingested:
-    tables, quarantine, rows_read = [], [], 0
+    tables, quarantine, rows_read, short_rows = [], [], 0, 0
     fields: tuple[str, ...] = ()
     gpu_sources: dict[str, int] = {}
+    time_formats: dict[str, str] = {}
     for block in acct.parse_sacct_stream(
         stream,
         source,
@@ -92,14 +99,18 @@ def ingest_stream(
         delimiter=delimiter,
         sacct_format=sacct_format,
         pseudonymise_job_names=pseudonymise_job_names,
+        relative_to=relative_to,
     ):
         tables.append(block.jobs)
         quarantine.extend(block.quarantine)
         rows_read += block.rows_read
-        fields = block.fields
+        short_rows += block.short_rows
+        fields, time_formats = block.fields, block.time_formats
         _add_counts(gpu_sources, block.gpu_sources)
     jobs = pa.concat_tables(tables) if tables else _empty_jobs()
-    return Ingested(jobs, quarantine, rows_read, source, fields, gpu_sources)
+    return Ingested(
+        jobs, quarantine, rows_read, source, fields, gpu_sources, time_formats, short_rows
+    )
 
 
 def _add_counts(total: dict[str, int], more: dict[str, int]) -> None:
@@ -120,10 +131,27 @@ def _with_not_computed(exp: Exposure, missing: dict[str, str]) -> Exposure:
     return dataclasses.replace(exp, not_computed=missing, candidates=candidates)
 
 
-def _not_computed_metadata(missing: dict[str, str], ctx: RunContext) -> dict[str, str]:
-    """File metadata saying which measures the dump could not give: their columns hold
-    zeros there, as the declarations take no nulls in them."""
-    return {**ctx.file_metadata, "ckpt_poc.not_computed": json.dumps(missing)}
+def _not_computed_metadata(
+    missing: dict[str, str], ctx: RunContext, time_formats: dict[str, str] | None = None
+) -> dict[str, str]:
+    """File metadata saying which measures the dump could not give (their columns hold
+    zeros there, as the declarations take no nulls in them) and, for the jobs, which
+    format each time field was read in."""
+    metadata = {**ctx.file_metadata, "ckpt_poc.not_computed": json.dumps(missing)}
+    if time_formats is not None:
+        metadata["ckpt_poc.time_formats"] = json.dumps(time_formats)
+    return metadata
+
+
+def _summary(
+    exp: Exposure, rows_read: int, quarantined: int, time_formats: dict[str, str], short: int
+) -> dict[str, Any]:
+    """The --json summary: exposure's keys, and how the dump was read."""
+    return {
+        **exp.summary(rows_read, quarantined),
+        "time_formats": dict(time_formats),
+        "rows_short_of_fields": int(short),
+    }
 
 
 def _empty_jobs() -> pa.Table:
@@ -305,7 +333,9 @@ def run_baseline(
     key, key_origin = acct.load_pseudonym_key(plan.baseline.pseudonym_key_secret)
     pseudonymiser = acct.Pseudonymiser(key)
     stream, source, size = open_accounting(plan, sacct_file, live)
-    reading = _Reading(delimiter, sacct_format)
+    # Relative times are dated by the day the dump was written (tasks.baseline.time_formats).
+    anchor = file_anchor(source) if source != "sacct-live" else None
+    reading = _Reading(delimiter, sacct_format, anchor)
     with stream:
         if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:
             result = _run_dask(stream, source, pseudonymiser, plan, ctx, reading)
@@ -321,6 +351,7 @@ class _Reading:
 
     delimiter: bytes | None = None
     sacct_format: str | None = None
+    relative_to: tuple[dt.date, str] | None = None  # the day sacct ran, and how it is known
 
 
 def _store_args(ctx: RunContext) -> dict[str, Any]:
@@ -348,10 +379,12 @@ def _run_in_memory(
         delimiter=reading.delimiter,
         sacct_format=reading.sacct_format,
         pseudonymise_job_names=plan.baseline.pseudonymise_job_names,
+        relative_to=reading.relative_to,
     )
     jobs = stamp_jobs(ingested.jobs, ctx)
     missing = _not_computed(ingested.fields, ingested.rows_read)
-    exp = compute_exposure(jobs, with_chains="chains" not in missing)
+    with_states = "State" in ingested.fields or not ingested.rows_read
+    exp = compute_exposure(jobs, "chains" not in missing, with_states)
     exp = _with_not_computed(exp, missing)
     q_df = quarantine_frame(ingested.quarantine, source, ctx)
     e_df = exposure_frame(exp, ctx)
@@ -365,13 +398,29 @@ def _run_in_memory(
     record_and_enforce(checks, ctx)
     common = _store_args(ctx)
     measured = {**common, "metadata": _not_computed_metadata(missing, ctx)}
+    jobs_metadata = _not_computed_metadata(missing, ctx, ingested.time_formats)
     written = {
-        "jobs": write_dataset(jobs, JOBS, **measured),
+        "jobs": write_dataset(jobs, JOBS, **{**common, "metadata": jobs_metadata}),
         "quarantine": write_dataset(q_df, QUARANTINE, **common),
         "exposure": write_dataset(e_df, EXPOSURE, **measured),
     }
-    summary = exp.summary(ingested.rows_read, len(ingested.quarantine))
-    return BaselineResult(summary, exp, source, "memory", written, gpu_sources=ingested.gpu_sources)
+    summary = _summary(
+        exp,
+        ingested.rows_read,
+        len(ingested.quarantine),
+        ingested.time_formats,
+        ingested.short_rows,
+    )
+    return BaselineResult(
+        summary,
+        exp,
+        source,
+        "memory",
+        written,
+        gpu_sources=ingested.gpu_sources,
+        time_formats=ingested.time_formats,
+        short_rows=ingested.short_rows,
+    )
 
 
 def _run_dask(
@@ -384,9 +433,10 @@ def _run_dask(
 ) -> BaselineResult:
     """Stream blocks to part files, then aggregate the written jobs out of core with Dask."""
     common = _store_args(ctx)
-    rows_read, quarantine, parsed, written_jobs = 0, [], 0, []
+    rows_read, quarantine, parsed, written_jobs, short = 0, [], 0, [], 0
     fields: tuple[str, ...] = ()
     gpu_sources: dict[str, int] = {}
+    time_formats: dict[str, str] = {}
     for i, block in enumerate(
         acct.parse_sacct_stream(
             stream,
@@ -395,20 +445,24 @@ def _run_dask(
             delimiter=reading.delimiter,
             sacct_format=reading.sacct_format,
             pseudonymise_job_names=plan.baseline.pseudonymise_job_names,
+            relative_to=reading.relative_to,
         )
     ):
         rows_read += block.rows_read
+        short += block.short_rows
+        time_formats = block.time_formats
         parsed += block.jobs.num_rows
         quarantine.extend(block.quarantine)
         fields = block.fields
         _add_counts(gpu_sources, block.gpu_sources)
         # The dump's fields, and so what it lacks, are known from its first block on.
-        metadata = _not_computed_metadata(acct.not_computed(fields), ctx)
+        metadata = _not_computed_metadata(acct.not_computed(fields), ctx, time_formats)
         written_jobs += write_dataset(
             stamp_jobs(block.jobs, ctx), JOBS, part=i, **{**common, "metadata": metadata}
         )
     missing = _not_computed(fields, rows_read)
-    exp = exposure_with_dask(written_jobs, with_chains="chains" not in missing)
+    with_states = "State" in fields or not rows_read
+    exp = exposure_with_dask(written_jobs, "chains" not in missing, with_states)
     exp = _with_not_computed(exp, missing)
     q_df = quarantine_frame(quarantine, source, ctx)
     e_df = exposure_frame(exp, ctx)
@@ -427,11 +481,22 @@ def _run_dask(
             e_df, EXPOSURE, **{**common, "metadata": _not_computed_metadata(missing, ctx)}
         ),
     }
-    summary = exp.summary(rows_read, len(quarantine))
-    return BaselineResult(summary, exp, source, "dask", written, gpu_sources=gpu_sources)
+    summary = _summary(exp, rows_read, len(quarantine), time_formats, short)
+    return BaselineResult(
+        summary,
+        exp,
+        source,
+        "dask",
+        written,
+        gpu_sources=gpu_sources,
+        time_formats=time_formats,
+        short_rows=short,
+    )
 
 
-def exposure_with_dask(files: list[Path], with_chains: bool = True) -> Exposure:
+def exposure_with_dask(
+    files: list[Path], with_chains: bool = True, with_states: bool = True
+) -> Exposure:
     """Exposure over this run's jobs files without loading them whole.
 
     Allocations are read with only the columns exposure needs and shuffled on disk by
@@ -458,4 +523,4 @@ def exposure_with_dask(files: list[Path], with_chains: bool = True) -> Exposure:
             meta={"part": object},
         )
         (result,) = dask.compute(parts)
-    return combine_parts(list(result["part"]))
+    return combine_parts(list(result["part"]), with_states=with_states)

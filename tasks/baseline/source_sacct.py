@@ -48,7 +48,8 @@ def run_sacct_live(
 
     A job that spans chunks is reported by each; the exact duplicates are dropped later.
     """
-    env = {**os.environ, "TZ": "UTC"}
+    # Standard times whatever SLURM_TIME_FORMAT the caller's environment sets.
+    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
     out = []
     for a, b in day_chunks(start, end):
         argv = sacct_argv(a, b, clusters)

@@ -23,4 +23,6 @@ DOCUMENTED_STATES = (
 # its row's ``state`` is UNKNOWN and its name stays in ``state_raw``, under which exposure
 # counts it. These are the values the jobs dataset's ``state`` column may take.
 UNKNOWN_STATE = "UNKNOWN"
+# What exposure groups the allocations of a dump without a State field under.
+NO_STATE = "(no State in the dump)"
 SLURM_STATES = (*DOCUMENTED_STATES, UNKNOWN_STATE)

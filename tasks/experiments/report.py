@@ -14,10 +14,13 @@ from tasks.baseline.exposure import EXPOSED_STATES, LIMITATIONS, REPORTED_APART
 from tasks.baseline.run import BaselineResult
 from tasks.data import render
 from tasks.data.render import fixed, markdown_table, pct, sig
+from tasks.data.slurm_states import NO_STATE
 from tasks.experiments.results import ColdStartResult, Failure, OverheadResult, RecoveryResult
 
 
 def _state_note(state: str) -> str:
+    if state == NO_STATE:
+        return "no state: the dump lacks State"
     if state in EXPOSED_STATES:
         return "exposed"
     if state in REPORTED_APART:
@@ -59,6 +62,23 @@ def gpu_sources_line(result: BaselineResult) -> str | None:
         return None
     parts = [f"{n} {GPU_SOURCE_LABELS.get(source, source)}" for source, n in sources.items()]
     return "GPU counts of parsed allocation rows: " + ", ".join(parts)
+
+
+def reading_lines(result: BaselineResult) -> list[str]:
+    """How the dump was read: each time field's format, and rows short of fields."""
+    lines = []
+    formats = result.time_formats
+    if formats:
+        labels = set(formats.values())
+        if len(labels) == 1:
+            lines.append(f"times read as {labels.pop()}")
+        else:
+            lines.append("times read as " + ", ".join(f"{k} {v}" for k, v in formats.items()))
+    if result.short_rows:
+        lines.append(
+            f"{result.short_rows} rows short of trailing fields read with those fields empty"
+        )
+    return lines
 
 
 def _hours(value: float | None) -> str:
@@ -109,6 +129,7 @@ def exposure_table(result: BaselineResult) -> Table:
     sources = gpu_sources_line(result)
     if sources:
         caption.append(sources)
+    caption += reading_lines(result)
     table.caption = "\n".join(caption)
     if len(caption) > 1:  # lines of their own read better from the left
         table.caption_justify = "left"
@@ -129,11 +150,15 @@ def candidates_table(result: BaselineResult) -> Table:
             name,
             account,
             NOT_COMPUTED if "exposed_gpu_hours" in missing else f"{r['exposed_gpu_hours']:.3f}",
-            str(r["exposed_allocations"]),
+            NOT_COMPUTED
+            if "State" in missing.get("exposed_gpu_hours", "")
+            else str(r["exposed_allocations"]),
             NOT_COMPUTED if "chains" in missing else str(r["chains"]),
         )
     if "candidates" in missing:
         table.caption = f"{NOT_COMPUTED}: {missing['candidates']}"
+    elif "State" in missing.get("exposed_gpu_hours", ""):
+        table.caption = f"by GPU-hours: exposure {NOT_COMPUTED}, {missing['exposed_gpu_hours']}"
     return table
 
 
@@ -153,6 +178,8 @@ def baseline_markdown(result: BaselineResult) -> str:
     sources = gpu_sources_line(result)
     if sources:
         lines += [sources + ".", ""]
+    lines += [f"{line[0].upper()}{line[1:]}." for line in reading_lines(result)]
+    lines += [""] if reading_lines(result) else []
     lines += markdown_table(
         ("state", "allocations", "node-hours", "GPU-hours", "counts as"),
         [
@@ -189,7 +216,9 @@ def baseline_markdown(result: BaselineResult) -> str:
                     NOT_COMPUTED
                     if "exposed_gpu_hours" in missing
                     else f"{r['exposed_gpu_hours']:.3f}",
-                    r["exposed_allocations"],
+                    NOT_COMPUTED
+                    if "State" in missing.get("exposed_gpu_hours", "")
+                    else r["exposed_allocations"],
                     NOT_COMPUTED if "chains" in missing else r["chains"],
                 ]
                 for _, r in result.exposure.candidates.iterrows()
