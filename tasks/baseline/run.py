@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import io
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from tasks.baseline.exposure import (
     compute_exposure,
     exposure_part,
 )
+from tasks.baseline.source_slurmrestd import RestClient, read_slurmrestd
 from tasks.data.datasets import DATASETS, EXPOSURE, JOBS, QUARANTINE
 from tasks.data.errors import AccountingError
 from tasks.data.gates import (
@@ -37,11 +39,14 @@ from tasks.data.gates import (
     record_and_enforce,
     validate_dataset,
 )
-from tasks.data.plan import Plan
+from tasks.data.plan import Plan, SlurmrestdSource
 from tasks.data.runctx import RunContext
+from tasks.data.secret_blocks import load_secret_block
 from tasks.data.store import write_dataset
 
 # Above this input size the Dask path is chosen (a 20 M-row history is about 4 GB).
+log = logging.getLogger(__name__)
+
 DASK_THRESHOLD_BYTES = int(os.environ.get("CKPT_POC_DASK_THRESHOLD_BYTES", 2 << 30))
 
 
@@ -279,12 +284,31 @@ def open_accounting(
         lines = list(dict.fromkeys(line for line in data.split(b"\n") if line.strip()))
         data = b"\n".join(lines) + b"\n" if lines else b""
         return io.BytesIO(data), "sacct-live", len(data)
-    path = sacct_file or getattr(plan.baseline.source, "path", None)
+    source = plan.baseline.source
+    if sacct_file is None and isinstance(source, SlurmrestdSource):
+        return _open_slurmrestd(source, plan.baseline.days, now)
+    path = sacct_file or getattr(source, "path", None)
     if path is None:
         raise AccountingError("no accounting input: give --sacct-file, --live or a plan source")
     stream, _kind = acct.open_source(path)
     size = Path(path).stat().st_size
     return stream, str(path), size
+
+
+def _open_slurmrestd(
+    source: SlurmrestdSource, days: int, now: dt.datetime | None
+) -> tuple[io.BufferedIOBase, str, int]:
+    """The last ``days`` of accounting from slurmrestd, its token from the plan's Secret block."""
+    token = load_secret_block(
+        source.token_secret, "the slurmrestd token (baseline.source.token_secret)"
+    )
+    client = RestClient(source.url, token, source.user, source.timeout_s)
+    end = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    data, requests = read_slurmrestd(
+        client, end - dt.timedelta(days=days), end + dt.timedelta(seconds=1), source.window_days
+    )
+    log.info("slurmrestd %s: %d requests, %d bytes", source.url, requests, len(data))
+    return io.BytesIO(data), f"slurmrestd {source.url}", len(data)
 
 
 def run_baseline(
