@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from prefect_server import PrefectStack, alive
+from prefect_server import PrefectStack, alive, free_port
 
 from tests import service_watchdog, slurm_cluster
 
@@ -97,13 +97,16 @@ def prefect_stack(tmp_path_factory) -> Iterator[PrefectStack]:
 # The session's Slurm: private ports, so that a developer's own scripts/slurm-up cluster
 # (default ports) can run beside it; CKPT_POC_TEST_SLURM_PORTS ("DB,CTLD,D,DBD") moves them
 # (a test session started from a test: tests/test_service_watchdog.py).
+# A fifth port, if given, is slurmrestd's; else one free now is taken.
+_PORTS = os.environ.get("CKPT_POC_TEST_SLURM_PORTS", "23306,26817,26818,26819").split(",")
 SLURM_PORTS = dict(
     zip(
         ("CKPT_SLURM_DB_PORT", "CKPT_SLURM_CTLD_PORT", "CKPT_SLURM_D_PORT", "CKPT_SLURM_DBD_PORT"),
-        os.environ.get("CKPT_POC_TEST_SLURM_PORTS", "23306,26817,26818,26819").split(","),
+        _PORTS[:4],
         strict=True,
     )
 )
+SLURM_PORTS["CKPT_SLURM_REST_PORT"] = _PORTS[4] if len(_PORTS) > 4 else str(free_port())
 # A second cluster, only for a test that needs accounting of its own (pristine_slurm_env).
 PRIVATE_SLURM_PORTS = {
     "CKPT_SLURM_DB_PORT": "23316",

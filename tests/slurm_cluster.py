@@ -72,6 +72,12 @@ FINAL_STATES = frozenset(
 )
 
 
+# Where ensure_slurm_up says slurmrestd listens (when its ports asked for one), and the user
+# its tokens are for: any but root (slurmrestd rejects root's) reads all accounting here.
+REST_URL_ENV = "CKPT_SLURM_REST_URL"
+REST_USER = "nobody"
+
+
 class SlurmClusterError(RuntimeError):
     """A Slurm command failed or a job did not reach the expected state in time."""
 
@@ -114,7 +120,18 @@ def ensure_slurm_up(
         )
     env = dict(os.environ)
     env["SLURM_CONF"] = str(directory / "etc" / "slurm.conf")
+    if rest_port := (ports or {}).get("CKPT_SLURM_REST_PORT"):
+        env[REST_URL_ENV] = f"http://127.0.0.1:{rest_port}"
     return env
+
+
+def jwt_token(env: Mapping[str, str], user: str = REST_USER, lifespan_s: int = 600) -> str:
+    """A JWT for ``user`` from ``scontrol token`` (slurmrestd refuses root's own)."""
+    out = _run(["scontrol", "token", f"lifespan={lifespan_s}", f"username={user}"], env)
+    for line in out.splitlines():
+        if line.startswith("SLURM_JWT="):
+            return line.removeprefix("SLURM_JWT=")
+    raise SlurmClusterError("scontrol token printed no SLURM_JWT= line")
 
 
 def _jobs_dir(env: Mapping[str, str]) -> Path:

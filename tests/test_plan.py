@@ -107,3 +107,24 @@ def test_baseline_max_quarantined_share_defaults_and_is_bounded(write_plan) -> N
     for bad in (-0.1, 1.5, float("nan"), float("inf")):
         problems = _problems(write_plan({"baseline.max_quarantined_share": bad}))
         assert any(": baseline.max_quarantined_share: " in p for p in problems), problems
+
+
+def test_slurmrestd_source_checks_url_and_names(write_plan) -> None:
+    good = {"kind": "slurmrestd", "url": "https://rest.example:6820/", "token_secret": "jwt-1"}
+    plan = load_plan(write_plan({"baseline.source": {**good, "window_days": 7}}))
+    assert plan.baseline.source.url == "https://rest.example:6820"
+    assert plan.baseline.source.window_days == 7 and plan.baseline.source.user is None
+    bad = {
+        **good,
+        "url": "ftp://rest.example",
+        "token_secret": "a b",
+        "user": "x;y",
+        "window_days": 0,
+    }
+    problems = "\n".join(_problems(write_plan({"baseline.source": bad})))
+    for field in ("url", "token_secret", "user", "window_days"):
+        assert f"baseline.source.{field}:" in problems, field
+    assert "http(s) URL" in problems
+    secret_in_url = {**good, "url": "https://me:hunter2@rest.example"}
+    problems = "\n".join(_problems(write_plan({"baseline.source": secret_in_url})))
+    assert "must not carry credentials" in problems

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.data.errors import SecretError
+from tasks.data.secret_blocks import load_secret_block
 
 KEY_ENV = "CKPT_POC_PSEUDONYM_KEY"
 
@@ -52,16 +53,10 @@ def load_pseudonym_key(secret_block: str | None = None) -> tuple[bytes, str]:
     if value:
         return value.encode(), f"environment variable {KEY_ENV}"
     if secret_block:
-        try:
-            from prefect.blocks.system import Secret
-
-            secret = Secret.load(secret_block).get()
-        except Exception as exc:  # the block is absent or the API is unreachable
-            raise SecretError(
-                f"cannot load Prefect Secret block {secret_block!r} for the pseudonymisation "
-                f"key ({type(exc).__name__}); set {KEY_ENV} instead"
-            ) from None
-        return str(secret).encode(), f"Prefect Secret {secret_block!r}"
+        secret = load_secret_block(
+            secret_block, "the pseudonymisation key", f"set {KEY_ENV} instead"
+        )
+        return secret.encode(), f"Prefect Secret {secret_block!r}"
     raise SecretError(
         f"no pseudonymisation key: set {KEY_ENV} or name a Prefect Secret block in "
         "baseline.pseudonym_key_secret"

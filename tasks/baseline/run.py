@@ -11,6 +11,7 @@ import dataclasses
 import datetime as dt
 import io
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from tasks.baseline.exposure import (
     compute_exposure,
     exposure_part,
 )
+from tasks.baseline.source_slurmrestd import RestClient, read_slurmrestd
 from tasks.baseline.time_formats import file_anchor
 from tasks.data.datasets import DATASETS, EXPOSURE, JOBS, QUARANTINE
 from tasks.data.errors import AccountingError
@@ -38,11 +40,14 @@ from tasks.data.gates import (
     record_and_enforce,
     validate_dataset,
 )
-from tasks.data.plan import Plan
+from tasks.data.plan import Plan, SlurmrestdSource
 from tasks.data.runctx import RunContext
+from tasks.data.secret_blocks import load_secret_block
 from tasks.data.store import write_dataset
 
 # Above this input size the Dask path is chosen (a 20 M-row history is about 4 GB).
+log = logging.getLogger(__name__)
+
 DASK_THRESHOLD_BYTES = int(os.environ.get("CKPT_POC_DASK_THRESHOLD_BYTES", 2 << 30))
 
 
@@ -307,12 +312,31 @@ def open_accounting(
         lines = list(dict.fromkeys(line for line in data.split(b"\n") if line.strip()))
         data = b"\n".join(lines) + b"\n" if lines else b""
         return io.BytesIO(data), "sacct-live", len(data)
-    path = sacct_file or getattr(plan.baseline.source, "path", None)
+    source = plan.baseline.source
+    if sacct_file is None and isinstance(source, SlurmrestdSource):
+        return _open_slurmrestd(source, plan.baseline.days, now)
+    path = sacct_file or getattr(source, "path", None)
     if path is None:
         raise AccountingError("no accounting input: give --sacct-file, --live or a plan source")
     stream, _kind = acct.open_source(path)
     size = Path(path).stat().st_size
     return stream, str(path), size
+
+
+def _open_slurmrestd(
+    source: SlurmrestdSource, days: int, now: dt.datetime | None
+) -> tuple[io.BufferedIOBase, str, int]:
+    """The last ``days`` of accounting from slurmrestd, its token from the plan's Secret block."""
+    token = load_secret_block(
+        source.token_secret, "the slurmrestd token (baseline.source.token_secret)"
+    )
+    client = RestClient(source.url, token, source.user, source.timeout_s)
+    end = now or dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    data, requests = read_slurmrestd(
+        client, end - dt.timedelta(days=days), end + dt.timedelta(seconds=1), source.window_days
+    )
+    log.info("slurmrestd %s: %d requests, %d bytes", source.url, requests, len(data))
+    return io.BytesIO(data), f"slurmrestd {source.url}", len(data)
 
 
 def run_baseline(
@@ -333,8 +357,9 @@ def run_baseline(
     key, key_origin = acct.load_pseudonym_key(plan.baseline.pseudonym_key_secret)
     pseudonymiser = acct.Pseudonymiser(key)
     stream, source, size = open_accounting(plan, sacct_file, live)
-    # Relative times are dated by the day the dump was written (tasks.baseline.time_formats).
-    anchor = file_anchor(source) if source != "sacct-live" else None
+    # Relative times are dated by the day the dump was written (tasks.baseline.time_formats);
+    # live sacct and slurmrestd are read in the standard format, a file has an mtime.
+    anchor = file_anchor(source) if Path(source).is_file() else None
     reading = _Reading(delimiter, sacct_format, anchor)
     with stream:
         if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:

@@ -149,7 +149,7 @@ QUARANTINE = DatasetSpec(
     week_from="read_at",
     columns=(
         *_RUN,
-        Column("source", S, False, doc="file path or 'sacct-live'"),
+        Column("source", S, False, doc="file path, 'sacct-live' or 'slurmrestd URL'"),
         Column("source_line", I64, False, min=0),
         Column("reason", S, False),
         Column("raw", S, False, doc="the row as read, identities pseudonymised where parsed"),

@@ -15,11 +15,13 @@ import hashlib
 import logging
 import os
 import shutil
+import urllib.parse
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -135,8 +137,34 @@ class SacctLiveSource(_Strict):
     clusters: list[SafeName] = Field(default_factory=list)
 
 
+def _check_rest_url(value: str) -> str:
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{value!r} is not an http(s) URL with a host (e.g. http://host:6820)")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        # A token belongs in a Secret block (token_secret), never in the plan.
+        raise ValueError("the URL must not carry credentials, a query or a fragment")
+    return value.rstrip("/")
+
+
+class SlurmrestdSource(_Strict):
+    """Accounting from slurmrestd's ``/slurmdb/v0.0.NN/jobs``, with a JWT from a Secret block."""
+
+    kind: Literal["slurmrestd"]
+    url: Annotated[str, AfterValidator(_check_rest_url)]
+    # Name of a Prefect Secret block holding the JWT (`scontrol token`); never the token.
+    token_secret: SafeName
+    user: SafeName | None = Field(default=None, description="X-SLURM-USER-NAME")
+    timeout_s: float = Field(default=120, gt=0, le=3600, description="per request, ≤ 3600 s")
+    window_days: int = Field(
+        default=1, ge=1, le=MAX_DAYS, description="days of history per request (paging), ≤ 3650"
+    )
+
+
 class Baseline(_Strict):
-    source: Annotated[SacctFileSource | SacctLiveSource, Field(discriminator="kind")]
+    source: Annotated[
+        SacctFileSource | SacctLiveSource | SlurmrestdSource, Field(discriminator="kind")
+    ]
     days: int = Field(gt=0, le=MAX_DAYS, description="days of accounting history, ≤ 3650")
     same_node_runs: int = Field(ge=1, le=MAX_RUNS, description="runs on the test nodes, ≤ 10000")
     # Also pseudonymise job names (user and account always are).

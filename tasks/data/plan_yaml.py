@@ -44,12 +44,17 @@ def file_line(path: str, root: yaml.Node | None, loc: tuple[int | str, ...]) -> 
     return f"{path}:{line}" if line else path
 
 
+def _is_branch_tag(part: str) -> bool:
+    """A baseline.source kind, as pydantic puts it in an error's location."""
+    return part.startswith("sacct-") or part == "slurmrestd"
+
+
 def validation_problems(path: str, root: yaml.Node | None, exc: ValidationError) -> list[str]:
     """One ``file:line: field: message`` line per pydantic error, the field as in the YAML."""
     lines = []
     for err in exc.errors():
         # Drop pydantic's union-branch tags (e.g. 'sacct-file') so paths read like the YAML.
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("sacct-")))
+        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and _is_branch_tag(p)))
         field = ".".join(str(p) for p in loc) or "(plan)"
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "missing":
