@@ -176,6 +176,11 @@ def detect_layout(
     except UnicodeDecodeError:
         text = ""
     if _looks_like_header(text):
+        if not first_line.endswith(b"\n"):  # no row can follow: the file ends in its header
+            raise AccountingError(
+                f"{where}: the dump ends inside its header line (it ends {text[-30:]!r}, with "
+                "no line end and no rows after it): a truncated file?"
+            )
         return _header_layout(text, where, delimiter, sacct_format)
     delim = delimiter or (b"^|^" if b"^|^" in line else b"|")
     fields = line.split(delim)
