@@ -6,13 +6,20 @@ exactly the jobs this test submits; the expected numbers are computed here from 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from tasks.baseline.dump_layout import SACCT_FIELDS
 from tasks.baseline.fields import parse_duration_s
+from tasks.baseline.run import run_baseline
+from tasks.baseline.source_sacct import sacct_argv
+from tasks.data.plan import load_plan
+from tasks.data.runctx import make_run_context
 from tests import slurm_cluster
 
 pytestmark = pytest.mark.slurm
@@ -79,3 +86,32 @@ def test_live_baseline_equals_the_submitted_jobs(
     data = tmp_path / "data" / "demo"
     for dataset in ("jobs", "exposure", "gates"):  # no quarantine file: nothing was quarantined
         assert list((data / dataset).rglob("*.parquet")), dataset
+
+
+@pytest.mark.parametrize("time_format", ["%s", "relative"])
+def test_a_dump_in_the_sites_time_format_reads_as_the_live_baseline(
+    job_mix, slurm_env, write_plan, tmp_path: Path, time_format: str
+) -> None:
+    """The same jobs dumped by the real sacct with SLURM_TIME_FORMAT=%s (epoch seconds, as
+    jobstats asks for) or =relative ("11:09:05" today, "Ystday 10:00", …), header-less in the
+    product's --format, read back as a file: the live baseline's numbers, and the format named."""
+    end = dt.datetime.now(dt.UTC).replace(tzinfo=None) + dt.timedelta(minutes=1)
+    argv = sacct_argv(end - dt.timedelta(days=1), end)
+    env = {**slurm_env, "TZ": "UTC", "SLURM_TIME_FORMAT": time_format}
+    done = subprocess.run(argv, capture_output=True, env=env, timeout=60, check=True)
+    dump = tmp_path / "site.psv"
+    dump.write_bytes(done.stdout)  # its mtime, now, dates a relative dump's times
+    first = done.stdout.decode().splitlines()[0].split("|")
+    start = first[SACCT_FIELDS.index("Start")]
+    assert start.isdigit() if time_format == "%s" else not start.startswith("20"), start
+    path = write_plan({"baseline.source": {"kind": "sacct-file", "path": str(dump)}})
+    plan = load_plan(path)  # in this process: the CLI's path is the live test's above
+    got = run_baseline(plan, make_run_context(plan, path)).summary
+    want = _expected(job_mix)
+    assert got["rows_quarantined"] == 0
+    assert got["allocations_by_state"] == want["allocations_by_state"]
+    assert got["gpu_hours_by_state"] == pytest.approx(want["gpu_hours_by_state"], abs=1e-9)
+    assert got["exposed_gpu_hours"] == pytest.approx(want["exposed_gpu_hours"], abs=1e-9)
+    assert got["chains"] == want["chains"]
+    named = " ".join(got["time_formats"].values())
+    assert ("epoch seconds" if time_format == "%s" else "relative") in named, got["time_formats"]
