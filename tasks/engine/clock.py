@@ -22,6 +22,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -207,8 +208,10 @@ class EventRecorder:
     def record(self, trial_id: str, arm: str, event: str, **detail: Any) -> Event:
         wall, mono = now()
         ev = Event(trial_id, arm, event, wall, mono, self._host, detail)
-        with self._lock:
-            self._append([ev])
+        with self._lock:  # _append, unrolled for one event: a probe records every step
+            self._events.append(ev)
+            if self._journal is not None:
+                self._journal.append(ev)
         return ev
 
     def alias(self, source: Event, event: str, **detail: Any) -> Event:
@@ -323,9 +326,45 @@ def span_s(start: Event, end: Event) -> float:
     return (end.t_wall - start.t_wall).total_seconds()
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, default=str)  # json.dumps builds one a call
+
+
 def _event_line(ev: Event) -> str:
-    # Fields by hand, not asdict(): that deep-copies ``detail``, on every progress event.
-    fields = {
+    """``ev`` as one JSON object, keys sorted. The batch writer runs this once per workload
+    step, so the usual event (str fields, a flat detail of str or int) is written by hand,
+    the same bytes as ``json.dumps`` (tests/test_events_journal.py); anything else goes
+    through the encoder."""
+    strs = (ev.arm, ev.event, ev.host, ev.trial_id)
+    detail = _flat_detail(ev.detail)
+    if detail is None or type(ev.t_mono_ns) is not int or any(type(v) is not str for v in strs):
+        return _ENCODER.encode(_event_fields(ev))
+    arm, event, host, trial = map(_json_str, strs)
+    return (
+        f'{{"arm": {arm}, "detail": {detail}, "event": {event}, "host": {host}, '
+        f'"t_mono_ns": {ev.t_mono_ns}, "t_wall": {_json_str(ev.t_wall.isoformat())}, '
+        f'"trial_id": {trial}}}'
+    )
+
+
+def _flat_detail(detail: Any) -> str | None:
+    """A dict of str keys to str or int values as JSON, keys sorted; None for anything else."""
+    if type(detail) is not dict or any(type(k) is not str for k in detail):
+        return None
+    items = []
+    for key in sorted(detail):
+        value = detail[key]
+        if type(value) is int:
+            items.append(f"{_json_str(key)}: {value}")
+        elif type(value) is str:
+            items.append(f"{_json_str(key)}: {_json_str(value)}")
+        else:
+            return None
+    return "{" + ", ".join(items) + "}"
+
+
+def _event_fields(ev: Event) -> dict[str, Any]:
+    # Fields by hand, not asdict(): that deep-copies ``detail``.
+    return {
         "trial_id": ev.trial_id,
         "arm": ev.arm,
         "event": ev.event,
@@ -334,7 +373,6 @@ def _event_line(ev: Event) -> str:
         "host": ev.host,
         "detail": ev.detail,
     }
-    return json.dumps(fields, sort_keys=True, default=str)
 
 
 def _event_from_line(line: str) -> Event:
