@@ -114,3 +114,26 @@ def test_journal_lines_are_json_dumps_of_the_event() -> None:
         assert line == json.dumps(_event_fields(ev), sort_keys=True, default=str), ev
         assert "\n" not in line
     assert _event_from_line(_event_line(events[0])) == events[0]
+
+
+def test_steady_progress_reaches_the_journal_within_the_lag(write_plan) -> None:
+    """While progress keeps coming, each batch round writes what waits: no event is older
+    than the lag (and some slack for a loaded machine) without being in the journal."""
+    plan_path = write_plan()
+    ctx = make_run_context(load_plan(plan_path), plan_path, "steady")
+    recorder = EventRecorder(ctx)
+    journal = run_folder(ctx) / JOURNAL
+    recorded: list[float] = []
+    late = []
+    for step in range(1, 41):  # ~2 s: four rounds or more
+        recorder.record("t", "managed", "progress", step=step)
+        recorded.append(time.monotonic())
+        time.sleep(0.05)
+        read_at = time.monotonic()
+        written = len(read_journal(journal))
+        due = sum(t < read_at - JOURNAL_FLUSH_S - 0.3 for t in recorded)
+        if written < due:
+            late.append((step, written, due))
+    assert not late, late
+    recorder.flush_journal()
+    assert [e.detail["step"] for e in read_journal(journal)] == list(range(1, 41))

@@ -84,7 +84,8 @@ def _last_write(
 
 
 def _write_behind(ref: weakref.ref[Journal], wake: threading.Event, stop: threading.Event) -> None:
-    """The batch writer: asleep until a batched event waits, then writes within the lag."""
+    """The batch writer: asleep until a batched event waits, then writes what waits every
+    ``JOURNAL_FLUSH_S`` (one wake-up a batch) until a round finds nothing."""
     while True:
         wake.wait()
         if stop.wait(JOURNAL_FLUSH_S):
@@ -92,7 +93,7 @@ def _write_behind(ref: weakref.ref[Journal], wake: threading.Event, stop: thread
         journal = ref()  # held only while writing: the journal can still be collected
         if journal is None:
             return
-        journal.flush()
+        journal._write_round()
         del journal
 
 
@@ -115,9 +116,10 @@ class Journal:
         self._pending: list[Event] = []
         self._lock = threading.Lock()
         self._fd: int | None = None
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # set: the writer has a round to do
         self._stop = threading.Event()
         self._writer: threading.Thread | None = None
+        self._idle = True  # the writer sleeps on _wake (else it writes again within the lag)
 
     def append(self, event: Event) -> None:
         with self._lock:
@@ -126,7 +128,8 @@ class Journal:
             self._pending.append(event)
             if event.event not in self._batched:
                 self._write_pending()
-            elif len(self._pending) == 1:
+            elif self._idle:  # a busy writer comes back within the lag anyway
+                self._idle = False
                 self._start_writer()
                 self._wake.set()
 
@@ -135,8 +138,16 @@ class Journal:
         with self._lock:
             self._write_pending()
 
+    def _write_round(self) -> None:
+        """The writer's round: what waits, or, if nothing does, the writer goes to sleep."""
+        with self._lock:
+            if self._pending:
+                self._write_pending()
+            else:
+                self._idle = True
+                self._wake.clear()
+
     def _write_pending(self) -> None:
-        self._wake.clear()
         if not self._pending:
             return
         if self._reopen_each:
