@@ -7,15 +7,28 @@ JOURNAL_FLUSH_S, and a run that ends normally journals exactly what it records.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
+from typing import Any
 
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
-from tasks.engine.clock import JOURNAL, JOURNAL_FLUSH_S, EventRecorder, read_journal
+from tasks.engine.clock import (
+    JOURNAL,
+    JOURNAL_FLUSH_S,
+    Event,
+    EventRecorder,
+    _event_fields,
+    _event_from_line,
+    _event_line,
+    read_journal,
+)
 from tasks.engine.paths import run_folder
 from tests.conftest import REPO
 
@@ -74,3 +87,53 @@ def test_a_recorder_that_flushes_journals_exactly_what_it_recorded(write_plan) -
     recorder.flush()
     journalled = read_journal(run_folder(ctx) / JOURNAL)
     assert journalled == recorder.events()  # same events, same order, same clocks
+
+
+def test_journal_lines_are_json_dumps_of_the_event() -> None:
+    """The hand-written line of the usual event, and the encoder's of any other, are the
+    bytes json.dumps(sort_keys=True, default=str) writes; and they read back the same."""
+    wall = dt.datetime(2026, 12, 1, 23, 8, 11, 276115, tzinfo=dt.UTC)
+    details: list[dict[Any, Any]] = [
+        {"step": 5},
+        {},
+        {"b": 'x"y\n', "a": -3, "é": "ü\u2028"},  # escapes, non-ASCII, key order
+        {"flag": True},  # a bool is no int to JSON
+        {"f": 1.5, "n": None, "inf": float("inf")},
+        {"nested": {"z": 1, "a": [1, 2]}},
+        {"path": Path("/x")},  # default=str
+        {2: "int key"},
+    ]
+    events = [Event("t-1", "managed", "progress", wall, 123_456_789, "node-1", d) for d in details]
+    events += [
+        Event('t"q', "ärm", "launch", wall, -1, "hé", {"slot": "local-a"}),
+        Event("t", None, "p", wall, 1, "h", {"s": 1}),  # type: ignore[arg-type]
+        Event("t", "a", "p", dt.datetime(2026, 1, 1), 1, "h", {"s": 1}),  # naive wall
+    ]
+    for ev in events:
+        line = _event_line(ev)
+        assert line == json.dumps(_event_fields(ev), sort_keys=True, default=str), ev
+        assert "\n" not in line
+    assert _event_from_line(_event_line(events[0])) == events[0]
+
+
+def test_steady_progress_reaches_the_journal_within_the_lag(write_plan) -> None:
+    """While progress keeps coming, each batch round writes what waits: no event is older
+    than the lag (and some slack for a loaded machine) without being in the journal."""
+    plan_path = write_plan()
+    ctx = make_run_context(load_plan(plan_path), plan_path, "steady")
+    recorder = EventRecorder(ctx)
+    journal = run_folder(ctx) / JOURNAL
+    recorded: list[float] = []
+    late = []
+    for step in range(1, 41):  # ~2 s: four rounds or more
+        recorder.record("t", "managed", "progress", step=step)
+        recorded.append(time.monotonic())
+        time.sleep(0.05)
+        read_at = time.monotonic()
+        written = len(read_journal(journal))
+        due = sum(t < read_at - JOURNAL_FLUSH_S - 0.3 for t in recorded)
+        if written < due:
+            late.append((step, written, due))
+    assert not late, late
+    recorder.flush_journal()
+    assert [e.detail["step"] for e in read_journal(journal)] == list(range(1, 41))

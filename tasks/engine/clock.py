@@ -22,6 +22,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
+from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +84,8 @@ def _last_write(
 
 
 def _write_behind(ref: weakref.ref[Journal], wake: threading.Event, stop: threading.Event) -> None:
-    """The batch writer: asleep until a batched event waits, then writes within the lag."""
+    """The batch writer: asleep until a batched event waits, then writes what waits every
+    ``JOURNAL_FLUSH_S`` (one wake-up a batch) until a round finds nothing."""
     while True:
         wake.wait()
         if stop.wait(JOURNAL_FLUSH_S):
@@ -91,7 +93,7 @@ def _write_behind(ref: weakref.ref[Journal], wake: threading.Event, stop: thread
         journal = ref()  # held only while writing: the journal can still be collected
         if journal is None:
             return
-        journal.flush()
+        journal._write_round()
         del journal
 
 
@@ -114,9 +116,10 @@ class Journal:
         self._pending: list[Event] = []
         self._lock = threading.Lock()
         self._fd: int | None = None
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # set: the writer has a round to do
         self._stop = threading.Event()
         self._writer: threading.Thread | None = None
+        self._idle = True  # the writer sleeps on _wake (else it writes again within the lag)
 
     def append(self, event: Event) -> None:
         with self._lock:
@@ -125,7 +128,8 @@ class Journal:
             self._pending.append(event)
             if event.event not in self._batched:
                 self._write_pending()
-            elif len(self._pending) == 1:
+            elif self._idle:  # a busy writer comes back within the lag anyway
+                self._idle = False
                 self._start_writer()
                 self._wake.set()
 
@@ -134,8 +138,16 @@ class Journal:
         with self._lock:
             self._write_pending()
 
+    def _write_round(self) -> None:
+        """The writer's round: what waits, or, if nothing does, the writer goes to sleep."""
+        with self._lock:
+            if self._pending:
+                self._write_pending()
+            else:
+                self._idle = True
+                self._wake.clear()
+
     def _write_pending(self) -> None:
-        self._wake.clear()
         if not self._pending:
             return
         if self._reopen_each:
@@ -207,8 +219,10 @@ class EventRecorder:
     def record(self, trial_id: str, arm: str, event: str, **detail: Any) -> Event:
         wall, mono = now()
         ev = Event(trial_id, arm, event, wall, mono, self._host, detail)
-        with self._lock:
-            self._append([ev])
+        with self._lock:  # _append, unrolled for one event: a probe records every step
+            self._events.append(ev)
+            if self._journal is not None:
+                self._journal.append(ev)
         return ev
 
     def alias(self, source: Event, event: str, **detail: Any) -> Event:
@@ -323,9 +337,45 @@ def span_s(start: Event, end: Event) -> float:
     return (end.t_wall - start.t_wall).total_seconds()
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, default=str)  # json.dumps builds one a call
+
+
 def _event_line(ev: Event) -> str:
-    # Fields by hand, not asdict(): that deep-copies ``detail``, on every progress event.
-    fields = {
+    """``ev`` as one JSON object, keys sorted. The batch writer runs this once per workload
+    step, so the usual event (str fields, a flat detail of str or int) is written by hand,
+    the same bytes as ``json.dumps`` (tests/test_events_journal.py); anything else goes
+    through the encoder."""
+    strs = (ev.arm, ev.event, ev.host, ev.trial_id)
+    detail = _flat_detail(ev.detail)
+    if detail is None or type(ev.t_mono_ns) is not int or any(type(v) is not str for v in strs):
+        return _ENCODER.encode(_event_fields(ev))
+    arm, event, host, trial = map(_json_str, strs)
+    return (
+        f'{{"arm": {arm}, "detail": {detail}, "event": {event}, "host": {host}, '
+        f'"t_mono_ns": {ev.t_mono_ns}, "t_wall": {_json_str(ev.t_wall.isoformat())}, '
+        f'"trial_id": {trial}}}'
+    )
+
+
+def _flat_detail(detail: Any) -> str | None:
+    """A dict of str keys to str or int values as JSON, keys sorted; None for anything else."""
+    if type(detail) is not dict or any(type(k) is not str for k in detail):
+        return None
+    items = []
+    for key in sorted(detail):
+        value = detail[key]
+        if type(value) is int:
+            items.append(f"{_json_str(key)}: {value}")
+        elif type(value) is str:
+            items.append(f"{_json_str(key)}: {_json_str(value)}")
+        else:
+            return None
+    return "{" + ", ".join(items) + "}"
+
+
+def _event_fields(ev: Event) -> dict[str, Any]:
+    # Fields by hand, not asdict(): that deep-copies ``detail``.
+    return {
         "trial_id": ev.trial_id,
         "arm": ev.arm,
         "event": ev.event,
@@ -334,7 +384,6 @@ def _event_line(ev: Event) -> str:
         "host": ev.host,
         "detail": ev.detail,
     }
-    return json.dumps(fields, sort_keys=True, default=str)
 
 
 def _event_from_line(line: str) -> Event:

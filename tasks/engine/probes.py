@@ -159,20 +159,28 @@ class _Inotify:
 
     def read(self) -> list[tuple[int, int, bytes]]:
         """Pending events as (wd, mask, name); [] when none."""
+        return _parse_events(self.read_raw())
+
+    def read_raw(self) -> bytes:
+        """Pending events as the kernel wrote them; b"" when none."""
         try:
-            buf = os.read(self.fd, 65536)
+            return os.read(self.fd, 65536)
         except BlockingIOError:
-            return []
-        events, i = [], 0
-        while i + _EVENT.size <= len(buf):
-            wd, mask, _cookie, length = _EVENT.unpack_from(buf, i)
-            i += _EVENT.size
-            events.append((wd, mask, buf[i : i + length].rstrip(b"\0")))
-            i += length
-        return events
+            return b""
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _parse_events(buf: bytes) -> list[tuple[int, int, bytes]]:
+    """struct inotify_event records as (wd, mask, name)."""
+    events, i = [], 0
+    while i + _EVENT.size <= len(buf):
+        wd, mask, _cookie, length = _EVENT.unpack_from(buf, i)
+        i += _EVENT.size
+        events.append((wd, mask, buf[i : i + length].rstrip(b"\0")))
+        i += length
+    return events
 
 
 def _choose_mode(log: Path, watch: bool) -> tuple[ProbeMode, str]:
@@ -225,7 +233,14 @@ class LogProgressProbe:
         self._offset = 0  # bytes up to the end of the last complete line
         self._partial = b""
         self.seen: list[StepSeen] = []
-        self._lock = threading.Condition()
+        self.reads = 0  # reads of the log: one per wake-up, in either mode
+        # The condition's lock is entered directly, and the condition notified only while
+        # someone waits: Condition's __enter__ and notify_all are Python, paid every step.
+        self._seen_lock = threading.RLock()
+        self._lock = threading.Condition(self._seen_lock)
+        self._waiting = 0  # threads in wait_for
+        # A one-group regex: one findall (C) per read, not a match object per line.
+        self._findall = self.pattern.findall if self.pattern.groups == 1 else None
         self._read_lock = threading.Lock()  # poll() is public: one reader at a time
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -240,6 +255,7 @@ class LogProgressProbe:
         self._log_fd: int | None = None  # the log, open between reads in inotify mode
         self._reopen = True  # open the log afresh before the next read
         self._name = os.fsencode(Path(log).name)  # a str log worked before: still does
+        self._modified: bytes | None = None  # the inotify record of a write to the log
 
     def start(self) -> LogProgressProbe:
         if self.mode == "inotify":
@@ -286,8 +302,8 @@ class LogProgressProbe:
         poller = select.poll()
         poller.register(ino.fd, select.POLLIN)
         poller.register(wake_fd, select.POLLIN)
-        self._arm(ino)
-        while not self._stop.is_set():
+        wait, stopped, lock = poller.poll, self._stop.is_set, self._read_lock
+        while not stopped():
             # Watch first, then read: a line appended between the read and a watch added
             # after it would raise no event and wait for the safety read (seen: 500 ms).
             if not self._armed:
@@ -295,16 +311,22 @@ class LogProgressProbe:
             self.poll()
             # Unarmed (no directory yet, watch refused): poll as fast as poll mode would.
             timeout_ms = (self._safety_s if self._armed else self._poll_s) * 1000
-            while not self._stop.is_set():
-                if not poller.poll(timeout_ms):
-                    with self._read_lock:  # the safety read: also catch a replacement unseen
-                        self._reopen = True
-                    break
-                if self._stop.is_set():
-                    break
-                with self._read_lock:  # _reopen is read and cleared under it
-                    if self._relevant(ino.read()):
+            while True:
+                # Once per line the workload writes: each Python call here costs µs (cold
+                # after the sleep), so one lock and, for a plain write, one bytes compare.
+                ready = wait(timeout_ms)
+                if stopped():
+                    return
+                with lock:  # _reopen is read and cleared under it
+                    if not ready:
+                        self._reopen = True  # the safety read: also catch a replacement unseen
                         break
+                    raw = ino.read_raw()
+                    if raw != self._modified and not self._relevant(_parse_events(raw)):
+                        continue
+                    if not self._armed:
+                        break  # re-arm before the read
+                    self._poll()
 
     def _arm(self, ino: _Inotify) -> None:
         """Watch the log's directory for the log's name and, if it exists, the log itself."""
@@ -323,6 +345,7 @@ class LogProgressProbe:
         if self._file_wd is not None and wd != self._file_wd:
             ino.rm_watch(self._file_wd)  # the name now points at another file (or none)
         self._file_wd = wd
+        self._modified = None if wd is None else _EVENT.pack(wd, _IN_MODIFY, 0, 0)
         self._armed = True
 
     def _relevant(self, events: list[tuple[int, int, bytes]]) -> bool:
@@ -335,7 +358,7 @@ class LogProgressProbe:
                 relevant = True
                 if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
                     if mask & _IN_IGNORED:
-                        self._file_wd = None  # the kernel dropped it; no rm_watch
+                        self._file_wd = self._modified = None  # dropped; no rm_watch
                     self._armed, self._reopen = False, True
             elif wd == self._dir_wd:
                 if mask & (_IN_IGNORED | _IN_DELETE_SELF | _IN_MOVE_SELF):
@@ -357,6 +380,7 @@ class LogProgressProbe:
             self._log_fd = None
 
     def _poll(self) -> None:
+        self.reads += 1
         fd = self._log_fd
         if fd is None or self._reopen:
             self._close_log()
@@ -368,31 +392,46 @@ class LogProgressProbe:
             # read) until the watch says the name moved; polled, each read opens afresh.
             self._log_fd, self._reopen = fd, self._ino is None
         try:
-            chunks = [os.pread(fd, _READ_CHUNK, self._read_to)]
-            while len(chunks[-1]) == _READ_CHUNK:
-                chunks.append(os.pread(fd, _READ_CHUNK, self._read_to + _READ_CHUNK * len(chunks)))
+            data = os.pread(fd, _READ_CHUNK, self._read_to)
+            if len(data) == _READ_CHUNK:
+                data = self._read_rest(fd, data)
         finally:
             if self._reopen:
                 self._close_log()
-        data = b"".join(chunks) if len(chunks) > 1 else chunks[0]
         if not data:
             return
         t = time.monotonic_ns()
         self._read_to += len(data)
-        buf = self._partial + data
+        buf = self._partial + data if self._partial else data
         # A line ends at "\n" or at "\r" (GROMACS -v rewrites its progress line with "\r").
         cut = max(buf.rfind(b"\n"), buf.rfind(b"\r")) + 1
         complete, self._partial = buf[:cut], buf[cut:]
         self._offset = self._read_to - len(self._partial)
-        steps = steps_in(complete.decode("utf-8", "replace"), self.pattern)
-        if not steps:
-            return
-        seen = StepSeen(steps[-1], t, self._offset)
-        with self._lock:
+        text = complete.decode("utf-8", "replace")
+        if self._findall is None:
+            steps = steps_in(text, self.pattern)
+            if not steps:
+                return
+            step = steps[-1]
+        else:
+            found = self._findall(text)
+            if not found:
+                return
+            step = int(found[-1])
+        seen = StepSeen(step, t, self._offset)
+        with self._seen_lock:
             self.seen.append(seen)
-            self._lock.notify_all()
+            if self._waiting:
+                self._lock.notify_all()
         if self._record_every or len(self.seen) == 1:
-            self._recorder.record(self._trial, self.arm, "progress", step=seen.step)
+            self._recorder.record(self._trial, self.arm, "progress", step=step)
+
+    def _read_rest(self, fd: int, first: bytes) -> bytes:
+        """The rest of a log that gained more than a chunk since the last read."""
+        chunks = [first]
+        while len(chunks[-1]) == _READ_CHUNK:
+            chunks.append(os.pread(fd, _READ_CHUNK, self._read_to + _READ_CHUNK * len(chunks)))
+        return b"".join(chunks)
 
     @property
     def last(self) -> StepSeen | None:
@@ -409,7 +448,11 @@ class LogProgressProbe:
                     return match
                 # poll() notifies on every new step; the cap is only a safety net.
                 cap = max(self._poll_s, self._safety_s)
-                self._lock.wait(min(cap, max(0.0, deadline - time.monotonic())))
+                self._waiting += 1
+                try:
+                    self._lock.wait(min(cap, max(0.0, deadline - time.monotonic())))
+                finally:
+                    self._waiting -= 1
 
 
 def wait_ready(
