@@ -179,7 +179,10 @@ def killed_run(tmp_path_factory, criu_binary: str) -> Iterator[KilledRun]:
             events = read_journal(journal)
             ends = [e for e in events if e.event == "checkpoint_end"]
             starts = [e for e in events if e.event == "checkpoint_start"]
-            return len(ends) >= 2 and starts[-1].t_mono_ns > ends[-1].t_mono_ns
+            # Both copies under way (on a loaded machine the unmanaged one can still be
+            # starting when the managed one has been dumped twice), and a dump in flight.
+            both = {e.arm for e in events if e.event == "progress"} == {"managed", "unmanaged"}
+            return both and len(ends) >= 2 and starts[-1].t_mono_ns > ends[-1].t_mono_ns
 
         wait_until(dump_in_flight, 120, "a second checkpoint to start")
         time.sleep(0.05)  # well inside the dump of a 256 MB workload
