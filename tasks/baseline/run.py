@@ -39,6 +39,7 @@ from tasks.data.gates import (
     plain_check,
     record_and_enforce,
     validate_dataset,
+    warm_up,
 )
 from tasks.data.plan import Plan, SlurmrestdSource
 from tasks.data.runctx import RunContext
@@ -354,6 +355,7 @@ def run_baseline(
     ``delimiter`` overrides the dump's (see acct.detect_layout); ``sacct_format`` names the
     fields of a header-less dump, in sacct's --format syntax.
     """
+    warm_up()  # GX's import and context, built while the dump is parsed
     key, key_origin = acct.load_pseudonym_key(plan.baseline.pseudonym_key_secret)
     pseudonymiser = acct.Pseudonymiser(key)
     stream, source, size = open_accounting(plan, sacct_file, live)
