@@ -194,3 +194,42 @@ def test_exact_checks_count_values_outside_the_set_and_the_range() -> None:
     between = checks[("expect_column_values_to_be_between", "allocations")]
     assert between.observed["unexpected_count"] == 1 and not between.success
     assert checks[("expect_column_values_to_not_be_null", "kind")].observed["unexpected_count"] == 1
+
+
+def test_the_gx_worker_gives_the_checks_validating_in_process_gives() -> None:
+    from tasks.data import gates, gx_worker
+
+    df = _gate_rows()
+    df.loc[1, "gate"] = None
+    sample, total = gates._sample(df, gates.GX_MAX_ROWS)
+    worker = gx_worker.start()
+    try:
+        remote = gates._worker_checks(worker, "t", GATES, sample, total)
+    finally:
+        gx_worker.stop(worker)
+    local = gates._gx_checks("t", GATES, sample.to_pandas(), total)
+    assert remote is not None
+    assert [(c.expectation, c.column, c.success) for c in remote] == [
+        (c.expectation, c.column, c.success) for c in local
+    ]
+    # As the gates dataset stores them (NaN, GX's "unexpected null", is not equal to itself).
+    stored = [json.dumps(c.observed, default=str) for c in remote]
+    assert stored == [json.dumps(c.observed, default=str) for c in local]
+
+
+def test_a_dead_gx_worker_falls_back_to_validating_in_process() -> None:
+    from tasks.data import gates, gx_worker
+
+    df = _gate_rows()
+    df.loc[1, "gate"] = None
+    worker = gx_worker.start()
+    worker._proc.kill()  # type: ignore[union-attr]
+    gates._ACTIVE.append(worker)
+    try:
+        checks = validate_dataset("t", GATES, df)
+    finally:
+        gates._ACTIVE.remove(worker)
+        gx_worker.stop(worker)
+    assert [(c.expectation, c.column) for c in checks if not c.success] == [
+        ("expect_column_values_to_not_be_null", "gate")
+    ]

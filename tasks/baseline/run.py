@@ -39,7 +39,7 @@ from tasks.data.gates import (
     plain_check,
     record_and_enforce,
     validate_dataset,
-    warm_up,
+    warmed,
 )
 from tasks.data.plan import Plan, SlurmrestdSource
 from tasks.data.runctx import RunContext
@@ -355,7 +355,6 @@ def run_baseline(
     ``delimiter`` overrides the dump's (see acct.detect_layout); ``sacct_format`` names the
     fields of a header-less dump, in sacct's --format syntax.
     """
-    warm_up()  # GX's import and context, built while the dump is parsed
     key, key_origin = acct.load_pseudonym_key(plan.baseline.pseudonym_key_secret)
     pseudonymiser = acct.Pseudonymiser(key)
     stream, source, size = open_accounting(plan, sacct_file, live)
@@ -363,7 +362,7 @@ def run_baseline(
     # live sacct and slurmrestd are read in the standard format, a file has an mtime.
     anchor = file_anchor(source) if Path(source).is_file() else None
     reading = _Reading(delimiter, sacct_format, anchor)
-    with stream:
+    with stream, warmed():  # GX imports in its worker while the dump is parsed
         if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:
             result = _run_dask(stream, source, pseudonymiser, plan, ctx, reading)
         else:

@@ -7,18 +7,20 @@ it saw, which blocks the report.
 A large table is validated twice over: GX runs the suite on a seeded sample, and the same
 column expectations are checked exactly over every row in pyarrow (``exact_checks``), so a
 rare bad row the sample misses still fails the gate. Importing GX and building its context
-costs seconds; ``warm_up`` starts that in a thread while the caller parses its input.
+costs seconds: inside ``warmed()`` that happens in a worker process (tasks.data.gx_worker)
+while the caller parses its input, and the suites run there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +29,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from tasks.data.datasets import GATES, DatasetSpec
+from tasks.data import gx_worker
+from tasks.data.datasets import DATASETS, GATES, DatasetSpec
 from tasks.data.errors import GateFailed
 from tasks.data.runctx import RunContext
 from tasks.data.store import write_dataset
@@ -72,18 +75,23 @@ def _build_context() -> Any:
     return context
 
 
-def _warm() -> None:
+_ACTIVE: list[gx_worker.GxWorker] = []  # the worker of the warmed() block running, if any
+
+
+@contextlib.contextmanager
+def warmed() -> Iterator[None]:
+    """Gates inside run on GX warmed in a worker process, started now so that its import
+    overlaps the caller's parsing; ``CKPT_POC_GX_WORKER=0`` validates in process instead."""
+    if _CONTEXT or _ACTIVE or os.environ.get("CKPT_POC_GX_WORKER", "1") == "0":
+        yield
+        return
+    worker = gx_worker.start()
+    _ACTIVE.append(worker)
     try:
-        _context()
-    except Exception:  # the gate's own call builds it again and raises
-        logging.getLogger(__name__).debug("GX warm-up failed", exc_info=True)
-
-
-def warm_up() -> None:
-    """Import GX and build its context in a daemon thread (GX's import is Python-bound, the
-    parse it overlaps mostly runs in pyarrow without the GIL); the first gate waits for it."""
-    if not _CONTEXT:
-        threading.Thread(target=_warm, name="gx-warm-up", daemon=True).start()
+        yield
+    finally:
+        _ACTIVE.remove(worker)
+        gx_worker.stop(worker)
 
 
 def build_suite(spec: DatasetSpec) -> Any:
@@ -120,8 +128,9 @@ GX_MAX_ROWS = int(os.environ.get("CKPT_POC_GX_MAX_ROWS", 20_000))
 _UNEXPECTED_SHOWN = 20  # unexpected values named in a failed exact check, as GX's partial list
 
 
-def _gx_frame(data: pd.DataFrame | pa.Table, max_rows: int) -> tuple[pd.DataFrame, int]:
-    """NumPy-backed pandas (what GX's pandas engine expects), sampled above max_rows."""
+def _sample(data: pd.DataFrame | pa.Table, max_rows: int) -> tuple[pa.Table, int]:
+    """The rows GX sees (a seeded sample above max_rows), dictionaries decoded (GX's pandas
+    engine expects NumPy-backed columns), and the table's row count."""
     table = _as_table(data)
     total = table.num_rows
     if total > max_rows:
@@ -133,7 +142,7 @@ def _gx_frame(data: pd.DataFrame | pa.Table, max_rows: int) -> tuple[pd.DataFram
             for f in table.schema
         ]
     )
-    return table.cast(plain).to_pandas(), total
+    return table.cast(plain), total
 
 
 def _as_table(data: pd.DataFrame | pa.Table) -> pa.Table:
@@ -145,11 +154,21 @@ def validate_dataset(
 ) -> list[CheckResult]:
     """Run the declaration's GX suite on ``data`` (a sample above ``max_rows``, then with the
     column expectations checked exactly on every row as well); one CheckResult per check."""
-    frame, total = _gx_frame(data, max_rows)
-    checks = _gx_checks(gate, spec, frame, total)
-    if total > len(frame):
+    sample, total = _sample(data, max_rows)
+    checks = None
+    if _ACTIVE and DATASETS.get(spec.name) is spec:  # the worker knows the declared ones
+        checks = _worker_checks(_ACTIVE[-1], gate, spec, sample, total)
+    if checks is None:
+        checks = _gx_checks(gate, spec, sample.to_pandas(), total)
+    if total > sample.num_rows:
         checks.extend(exact_checks(gate, spec, _as_table(data)))
     return checks
+
+
+def _worker_checks(
+    worker: gx_worker.GxWorker, gate: str, spec: DatasetSpec, sample: pa.Table, total: int
+) -> list[CheckResult] | None:
+    return worker.checks(gate, spec.name, sample, total)
 
 
 def _gx_checks(gate: str, spec: DatasetSpec, frame: pd.DataFrame, total: int) -> list[CheckResult]:
