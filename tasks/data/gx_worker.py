@@ -14,6 +14,7 @@ Messages are pickles over the worker's stdin/stdout, between two processes of th
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import pickle
@@ -37,7 +38,7 @@ class GxWorker:
         path = os.pathsep.join(p for p in (str(_REPO), os.environ.get("PYTHONPATH")) if p)
         env = {**os.environ, "PYTHONPATH": path}
         self._proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, "-m", "tasks.data.gx_worker"],
+            [sys.executable, "-m", "tasks.data.gx_serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -54,9 +55,9 @@ class GxWorker:
                 return None
             try:
                 if not self._ready:  # waits here for GX's import, if it is not done yet
-                    self._ready = _receive(proc.stdout) == "ready"
-                _send(proc.stdin, (gate, dataset, sample, total))
-                reply = _receive(proc.stdout)
+                    self._ready = receive(proc.stdout) == "ready"
+                send(proc.stdin, (gate, dataset, sample, total))
+                reply = receive(proc.stdout)
             except (OSError, EOFError, pickle.UnpicklingError) as exc:
                 log.warning("GX worker lost (%s): validating in process", exc)
                 reply = None
@@ -67,30 +68,40 @@ class GxWorker:
             return None
         return reply
 
-    def close(self) -> None:
-        """End the worker: stdin closed, it exits; killed if it does not within 10 s."""
+    def close(self, wait: bool = True) -> None:
+        """End the worker: stdin closed, it exits; killed if it does not within 10 s.
+        ``wait=False`` leaves the waiting to a thread (GX's interpreter takes a second to
+        shut down, which the caller need not sit through)."""
         with self._lock:
             proc, self._proc = self._proc, None
         if proc is None:
             return
-        try:
-            if proc.stdin is not None:
+        if proc.stdin is not None:
+            with contextlib.suppress(OSError):  # already gone: the wait below reaps it
                 proc.stdin.close()
-            proc.wait(timeout=_CLOSE_WAIT_S)
-        except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait()
-        finally:
-            if proc.stdout is not None:
-                proc.stdout.close()
+        if wait:
+            _reap(proc)
+        else:
+            threading.Thread(target=_reap, args=(proc,), name="gx-worker-reap").start()
 
 
-def _send(stream: IO[bytes], obj: Any) -> None:
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        proc.wait(timeout=_CLOSE_WAIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def send(stream: IO[bytes], obj: Any) -> None:
     pickle.dump(obj, stream, protocol=pickle.HIGHEST_PROTOCOL)
     stream.flush()
 
 
-def _receive(stream: IO[bytes]) -> Any:
+def receive(stream: IO[bytes]) -> Any:
     return pickle.load(stream)
 
 
@@ -105,31 +116,8 @@ def start() -> GxWorker:
 
 
 def stop(worker: GxWorker) -> None:
-    worker.close()
+    """End the worker without waiting for it to exit (a non-daemon thread reaps it, so the
+    process waits for that at exit and leaves no orphan)."""
+    worker.close(wait=False)
     if worker in _WORKERS:
         _WORKERS.remove(worker)
-
-
-def main() -> None:
-    """The worker's loop: build the context, say ready, answer samples until stdin ends."""
-    from tasks.data import gates
-    from tasks.data.datasets import DATASETS
-
-    inp, out = sys.stdin.buffer, sys.stdout.buffer
-    sys.stdout = sys.stderr  # anything GX prints must not land in the replies
-    gates._context()
-    _send(out, "ready")
-    while True:
-        try:
-            gate, dataset, sample, total = _receive(inp)
-        except EOFError:
-            return
-        try:
-            reply: Any = gates._gx_checks(gate, DATASETS[dataset], sample.to_pandas(), total)
-        except Exception as exc:  # reported to the caller, which validates in process
-            reply = f"{type(exc).__name__}: {exc}"
-        _send(out, reply)
-
-
-if __name__ == "__main__":
-    main()
