@@ -238,7 +238,9 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     clock.wrap(tb, "exposure_frame", "exposure_frame")
     clock.wrap(tb, "validate_dataset", "GX gates (validate_dataset)")
     clock.wrap(tg, "_context", "  . GX import + context")
-    clock.wrap(tg, "_gx_frame", "  . _gx_frame (rows handed to GX)")
+    clock.wrap(tg, "_sample", "  . _sample (rows handed to GX)")
+    clock.wrap(tg, "_worker_checks", "  . GX worker (waits out its import, runs the suite)")
+    clock.wrap(tg, "exact_checks", "  . exact_checks (pyarrow, every row)")
     clock.wrap(tb, "record_and_enforce", "record_and_enforce (gates dataset write)")
     clock.wrap(tb, "write_dataset", "write_dataset (jobs, quarantine, exposure)")
     clock.wrap(td, "conform", "  . conform (cast to the declared schema)")
@@ -676,9 +678,17 @@ def main(argv: list[str] | None = None) -> int:
         f"target ours >= {TARGET_ROWS_PER_S:,} rows/s end to end: {rate:,.0f} rows/s "
         f"-> {verdict(rate >= TARGET_ROWS_PER_S)}"
     )
+    duck, pand = results["duckdb"]["seconds"], results["pandas"]["seconds"]
     print(
-        f"target ours peak RSS < {TARGET_PEAK_MIB:,} MiB: {ours['peak_rss_mib']:,.0f} MiB "
-        f"-> {verdict(ours['peak_rss_mib'] < TARGET_PEAK_MIB)}"
+        f"target ours <= duckdb's seconds (same dump; ours with gates and writes): "
+        f"ours / duckdb = {ours['seconds']:.2f} / {duck:.2f} = {ours['seconds'] / duck:.2f}x "
+        f"-> {verdict(ours['seconds'] <= duck)}; ours / pandas = {ours['seconds'] / pand:.2f}x"
+    )
+    # The GX worker (tasks.data.gx_worker) is a second process: the target is the tree's.
+    peak = max(ours["peak_rss_mib"], ours["polled_tree_peak_mib"])
+    print(
+        f"target ours peak RSS < {TARGET_PEAK_MIB:,} MiB (own ru_maxrss or polled process "
+        f"tree, whichever is higher): {peak:,.0f} MiB -> {verdict(peak < TARGET_PEAK_MIB)}"
     )
 
     if problems:
@@ -700,10 +710,14 @@ def main(argv: list[str] | None = None) -> int:
         rate = d["rows"] / d["seconds"]
         print()
         print(f"ours-dask: {rate:,.0f} rows/s end to end (no target; the memory path has one)")
+        dpeak = max(d["peak_rss_mib"], d["polled_tree_peak_mib"])
         print(
-            f"target ours-dask peak RSS < {TARGET_DASK_PEAK_MIB:,} MiB: "
-            f"{d['peak_rss_mib']:,.0f} MiB -> {verdict(d['peak_rss_mib'] < TARGET_DASK_PEAK_MIB)}"
+            f"target ours-dask peak RSS < {TARGET_DASK_PEAK_MIB:,} MiB (own or tree): "
+            f"{dpeak:,.0f} MiB -> {verdict(dpeak < TARGET_DASK_PEAK_MIB)}"
         )
+        dduck = dask_results["duckdb"]["seconds"]
+        ratio = d["seconds"] / dduck
+        print(f"ours-dask / duckdb = {d['seconds']:.2f} / {dduck:.2f} s = {ratio:.2f}x")
         problems = check_agreement(dask_results, ref="ours-dask")
         if d["rows"] != args.dask_rows or d["rows_quarantined"]:
             problems.append(

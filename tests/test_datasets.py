@@ -158,3 +158,78 @@ def test_a_failed_gate_is_stored_and_blocks(tmp_path: Path) -> None:
         GATES, data_dir=tmp_path, poc="demo", run_id="gate-run", include_uncommitted=True
     )
     assert len(stored) == len(checks) and (~stored["success"].astype(bool)).sum() == 2
+
+
+def test_a_sampled_table_is_still_checked_on_every_row() -> None:
+    # GX sees a 2-row sample; the one null and the one unknown gate are found by the exact
+    # pyarrow checks over every row, named like GX's and saying which engine found them.
+    df = _gate_rows(n=50)
+    df.loc[37, "gate"] = None
+    df.loc[41, "dataset"] = None
+    checks = validate_dataset("t", GATES, df, max_rows=2)
+    failed = {(c.expectation, c.column) for c in checks if not c.success}
+    assert failed == {
+        ("expect_column_values_to_not_be_null", "gate"),
+        ("expect_column_values_to_not_be_null", "dataset"),
+    }
+    exact = [c for c in checks if c.observed.get("engine") == "pyarrow (every row)"]
+    assert exact and all(c.observed["rows_validated"] == 50 for c in exact)
+    sampled = [c for c in checks if "engine" not in c.observed]
+    assert sampled and all(c.observed["rows_validated"] == 2 for c in sampled)
+
+
+def test_exact_checks_count_values_outside_the_set_and_the_range() -> None:
+    from tasks.data.datasets import EXPOSURE
+    from tasks.data.gates import exact_checks
+
+    table = pa.table(
+        {
+            "kind": pa.array(["state", "workload?", "state", None]).dictionary_encode(),
+            "allocations": pa.array([1, -2, 3, None], pa.int64()),
+        }
+    )
+    checks = {(c.expectation, c.column): c for c in exact_checks("t", EXPOSURE, table)}
+    in_set = checks[("expect_column_values_to_be_in_set", "kind")]
+    assert not in_set.success and in_set.observed["partial_unexpected_list"] == ["workload?"]
+    between = checks[("expect_column_values_to_be_between", "allocations")]
+    assert between.observed["unexpected_count"] == 1 and not between.success
+    assert checks[("expect_column_values_to_not_be_null", "kind")].observed["unexpected_count"] == 1
+
+
+def test_the_gx_worker_gives_the_checks_validating_in_process_gives() -> None:
+    from tasks.data import gates, gx_worker
+
+    df = _gate_rows()
+    df.loc[1, "gate"] = None
+    sample, total = gates._sample(df, gates.GX_MAX_ROWS)
+    worker = gx_worker.start()
+    try:
+        remote = gates._worker_checks(worker, "t", GATES, sample, total)
+    finally:
+        gx_worker.stop(worker)
+    local = gates._gx_checks("t", GATES, sample.to_pandas(), total)
+    assert remote is not None
+    assert [(c.expectation, c.column, c.success) for c in remote] == [
+        (c.expectation, c.column, c.success) for c in local
+    ]
+    # As the gates dataset stores them (NaN, GX's "unexpected null", is not equal to itself).
+    stored = [json.dumps(c.observed, default=str) for c in remote]
+    assert stored == [json.dumps(c.observed, default=str) for c in local]
+
+
+def test_a_dead_gx_worker_falls_back_to_validating_in_process() -> None:
+    from tasks.data import gates, gx_worker
+
+    df = _gate_rows()
+    df.loc[1, "gate"] = None
+    worker = gx_worker.start()
+    worker._proc.kill()  # type: ignore[union-attr]
+    gates._ACTIVE.append(worker)
+    try:
+        checks = validate_dataset("t", GATES, df)
+    finally:
+        gates._ACTIVE.remove(worker)
+        gx_worker.stop(worker)
+    assert [(c.expectation, c.column) for c in checks if not c.success] == [
+        ("expect_column_values_to_not_be_null", "gate")
+    ]

@@ -259,10 +259,17 @@ def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
     completed = np.array([s == "COMPLETED" for s in states])[state_codes]
     sort_submit = np.where(submit == missing, np.iinfo(np.int64).max, submit)
     order = np.lexsort((sort_submit, key))
-    k, s, e, ok = key[order], submit[order], end[order], completed[order]
-    del sort_submit, completed
+    # Each full-length temporary is dropped once used: at 5 M allocations each is 40 MB.
+    del sort_submit
+    ok = completed[order]
+    del completed
     same_key = np.zeros(n, dtype=bool)
+    k = key[order]
+    del key
     same_key[1:] = k[1:] == k[:-1]
+    del k
+    s, e = submit[order], end[order]
+    del submit, end
     # Same job (a requeue): neighbours with the same cluster and raw id.
     cluster = _codes(alloc.column("cluster"))[0][order]
     raw_ids = _numeric_ids(alloc.column("job_id_raw"))
@@ -270,14 +277,16 @@ def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
     same_job = np.zeros(n, dtype=bool)
     same_job[1:] = same_key[1:] & (raw[1:] == raw[:-1]) & (cluster[1:] == cluster[:-1])
     del cluster, raw, raw_ids
-    gap = np.zeros(n, dtype=np.int64)
-    gap[1:] = s[1:] - e[:-1]
-    known = np.zeros(n, dtype=bool)
-    known[1:] = (s[1:] != missing) & (e[:-1] != missing)
-    prev_failed = np.zeros(n, dtype=bool)
-    prev_failed[1:] = ~ok[:-1]
-    resubmitted = same_key & prev_failed & known & (gap >= 0) & (gap <= CHAIN_GAP_US)
-    link = same_job | resubmitted
+    # A resubmission: same key, the previous one did not complete, submitted 0-24 h after
+    # it ended (both times known).
+    gap = s[1:] - e[:-1]
+    follows = (gap >= 0) & (gap <= CHAIN_GAP_US)
+    del gap
+    follows &= (s[1:] != missing) & (e[:-1] != missing) & ~ok[:-1]
+    del e, ok
+    link = same_job.copy()
+    link[1:] |= same_key[1:] & follows
+    del follows, same_key
     group = np.cumsum(~link) - 1  # contiguous and increasing in sorted order
     # A chain is a linked group holding at least two distinct job ids.
     distinct_jobs = np.bincount(group, weights=(~same_job).astype(np.int64))
