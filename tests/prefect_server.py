@@ -32,6 +32,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,7 @@ PREFECT_UP = REPO / "scripts" / "prefect-up"
 PREFECT_DOWN = REPO / "scripts" / "prefect-down"
 POOL = "ckpt-poc"
 
+API_RETRIES = 4  # calls answered 503 (busy) are made again, 1 s, 2 s, 3 s apart
 _UUID_RE = re.compile(r"UUID: ([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})")
 
 
@@ -252,8 +254,17 @@ class PrefectStack:
             method=method,
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            return json.loads(resp.read() or b"null")
+        # A 503 is the server's busy database (SQLite locked while the scheduler and the
+        # worker write): the same call again a moment later, as Prefect's own client does.
+        for attempt in range(API_RETRIES):
+            try:
+                with urllib.request.urlopen(req, timeout=30) as resp:
+                    return json.loads(resp.read() or b"null")
+            except urllib.error.HTTPError as exc:
+                if exc.code != 503 or attempt == API_RETRIES - 1:
+                    raise
+                time.sleep(1 + attempt)
+        raise AssertionError("unreachable")
 
     def flow_run(self, flow_run_id: str) -> dict[str, Any]:
         return self.api("GET", f"flow_runs/{flow_run_id}")
