@@ -28,7 +28,7 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import Checkpointer, ensure_runs_on, managed_checkpointer
-from tasks.engine.checkpointers.criu import CriuError, clean_dead_roots
+from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
@@ -279,24 +279,14 @@ def _result(
     # A dump the workload's own end cut short (it reached its last step while CRIU dumped
     # it) is said as that, as the trials say it (checkpoints.WORKLOAD_EXITED), not as an error.
     errors = periodic.errors if periodic else []
-    failed = recorder.events(trial, "managed", "checkpoint_failed")
-    cut_by_exit = {
-        f"dump-failed-{int(e.detail['index']):05d}.log"  # the log CRIU's failure kept
-        for e in failed
-        if e.detail.get("workload_exited")
-    }
     skipped = sum(e.detail["ticks"] for e in recorder.events(event="checkpoint_skipped"))
     return SideBySideResult(
         run_dir=run_dir,
         arms=arms,
         checkpoints=ends,
         skipped_ticks=skipped,
-        checkpoint_errors=[str(e).splitlines()[0] for e in errors if _log(e) not in cut_by_exit],
-        dumps_cut_by_exit=sum(1 for e in errors if _log(e) in cut_by_exit),
+        checkpoint_errors=[str(e).splitlines()[0] for e in errors if not e.workload_exited],
+        dumps_cut_by_exit=sum(1 for e in errors if e.workload_exited),
         events=len(recorder.events()),
         events_files=files,
     )
-
-
-def _log(error: CriuError) -> str:
-    return error.log.name if error.log is not None else ""

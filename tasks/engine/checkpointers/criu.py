@@ -58,7 +58,8 @@ class CriuError(CkptPocError):
 
     ``cause``: CRIU's own error line that says why (None: it gave none, e.g. a timeout);
     ``wants``: the option CRIU's error names (``--tcp-established``), if it names one;
-    ``log``: CRIU's log; ``rc``: its exit status (None: it did not exit on its own)."""
+    ``log``: CRIU's log; ``rc``: its exit status (None: it did not exit on its own);
+    ``workload_exited``: the workload reached its own end while CRIU dumped it."""
 
     def __init__(
         self,
@@ -71,6 +72,7 @@ class CriuError(CkptPocError):
     ) -> None:
         super().__init__(message)
         self.log, self.rc, self.cause, self.wants = log, rc, cause, wants
+        self.workload_exited = False
 
 
 def _failed(message: str, log: Path, rc: int | None) -> CriuError:
@@ -387,6 +389,7 @@ class CriuCheckpointer:
     def _dump_failed(self, proc: WorkloadProcess, index: int, folder: Path, rc: int) -> CriuError:
         """Record a failed dump, keep its log, drop its folder; the error to raise."""
         tail = _tail(folder / "dump.log")
+        exited = _gone_soon(proc)
         self.record(
             "checkpoint_failed",
             index=index,
@@ -394,13 +397,15 @@ class CriuCheckpointer:
             log_tail=tail[-2000:],
             # A workload that reached its end while CRIU dumped it: the failure is kept, and
             # said to be that, not the checkpointer's.
-            workload_exited=_gone_soon(proc),
+            workload_exited=exited,
         )
         kept = self.root / f"dump-failed-{index:05d}.log"  # a result points at it
         with contextlib.suppress(OSError):
             os.replace(folder / "dump.log", kept)
         shutil.rmtree(folder, ignore_errors=True)
-        return _failed(f"criu dump of pid {proc.pid} exited {rc}:\n{tail}", kept, rc)
+        error = _failed(f"criu dump of pid {proc.pid} exited {rc}:\n{tail}", kept, rc)
+        error.workload_exited = exited
+        return error
 
     def complete(self) -> list[Checkpoint]:
         found = (Checkpoint.load(p) for p in sorted(self.root.glob("ckpt-*")))

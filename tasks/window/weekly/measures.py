@@ -159,35 +159,38 @@ def provisional_note(rows: pd.DataFrame) -> str:
     )
 
 
+# The two readings of goodput (tasks/window/chains.py), each with how it is computed.
+GOODPUT_READINGS = (
+    (
+        "goodput",
+        "the seed's split: Σ delivered / Σ allocated GPU-h over the week's UTILIZATION rows "
+        "(latest per workload); n = attempts",
+    ),
+    (
+        "goodput_job_span",
+        "ml-goodput-measurement's reading: Σ delivered / Σ (allocated + queued) GPU-h, each "
+        "chain's first start to its last end, time in the queue included; n = attempts",
+    ),
+)
+
+
 def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> None:
     for arm in ("managed", "unmanaged"):
         u = _utilization_week(util, c.week, arm)
         runs = runs_of(u["rows"]) if u else []
         provisional = u["provisional"] if u else ""
-        c.add(
-            "goodput",
-            arm,
-            u["jobs"] if u else 0,
-            u["goodput"] if u else None,
-            "fraction",
-            "the seed's split: Σ delivered / Σ allocated GPU-h over the week's UTILIZATION "
-            "rows (latest per workload); n = attempts",
-            run_ids=runs,
-            note=provisional,
-            provisional=provisional,
-        )
-        c.add(
-            "goodput_job_span",
-            arm,
-            u["jobs"] if u else 0,
-            u["goodput_job_span"] if u else None,
-            "fraction",
-            "ml-goodput-measurement's reading: Σ delivered / Σ (allocated + queued) GPU-h, "
-            "each chain's first start to its last end, time in the queue included; n = attempts",
-            run_ids=runs,
-            note=provisional,
-            provisional=provisional,
-        )
+        for measure, method in GOODPUT_READINGS:
+            c.add(
+                measure,
+                arm,
+                u["jobs"] if u else 0,
+                u[measure] if u else None,
+                "fraction",
+                method,
+                run_ids=runs,
+                note=provisional,
+                provisional=provisional,
+            )
         c.add(
             "utilization",
             arm,
