@@ -33,6 +33,14 @@ def baseline_cmd(
             "(comma-separated: JobID,State,Elapsed,AllocTRES,…)",
         ),
     ] = None,
+    dumped_on: Annotated[
+        str | None,
+        typer.Option(
+            metavar="YYYY-MM-DD",
+            help="the day (UTC) sacct wrote a dump with SLURM_TIME_FORMAT=relative times; "
+            "by default the file's mtime",
+        ),
+    ] = None,
 ) -> None:
     """Baseline exposure from accounting history → jobs, exposure, quarantine datasets."""
     if live and sacct_file:
@@ -49,6 +57,7 @@ def baseline_cmd(
             dask,
             delimiter,
             sacct_format,
+            dumped_on,
         )
     if as_json:
         write_json(result.summary)

@@ -9,6 +9,7 @@ from prefect.cache_policies import NO_CACHE
 from flows.common import run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.baseline.run import BaselineResult, run_baseline
+from tasks.baseline.time_formats import parse_dumped_on
 from tasks.data.plan import Plan
 from tasks.data.runctx import open_run
 from tasks.experiments.report import baseline_markdown, exposure_rows
@@ -23,6 +24,7 @@ def measure_exposure(
     use_dask: bool | None,
     delimiter: str | None,
     sacct_format: str | None = None,
+    dumped_on: str | None = None,
 ) -> BaselineResult:
     # Committed once jobs, quarantine, exposure and gates are all written; a failed gate
     # commits it as refused (its gate rows are the record).
@@ -35,6 +37,7 @@ def measure_exposure(
             use_dask=use_dask,
             delimiter=delimiter.encode() if delimiter else None,
             sacct_format=sacct_format,
+            dumped_on=parse_dumped_on(dumped_on),
         )
 
 
@@ -61,13 +64,19 @@ def baseline(
     use_dask: bool | None = None,
     delimiter: str | None = None,
     sacct_format: str | None = None,
+    dumped_on: str | None = None,
 ) -> BaselineResult:
     """Accounting history → validated `jobs`, `exposure`, `quarantine` datasets and a summary.
 
     ``delimiter``: the dump's, when its header does not show it; ``sacct_format``: the
-    fields a header-less dump was taken with (sacct's --format syntax, e.g. JobID,State).
+    fields a header-less dump was taken with (sacct's --format syntax, e.g. JobID,State);
+    ``dumped_on``: the day (YYYY-MM-DD, UTC) sacct wrote a dump with relative times, where the
+    file's mtime is not it.
     """
     plan = ensure_plan_is_valid(plan_path)
-    result = measure_exposure(plan, plan_path, sacct_file, live, use_dask, delimiter, sacct_format)
+    parse_dumped_on(dumped_on)  # a bad date is refused before anything is read
+    result = measure_exposure(
+        plan, plan_path, sacct_file, live, use_dask, delimiter, sacct_format, dumped_on
+    )
     publish_exposure(result)
     return result

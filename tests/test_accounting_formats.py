@@ -141,6 +141,34 @@ def test_relative_dump_is_dated_by_the_files_mtime(tmp_path: Path, reference: di
         assert got.summary["chains"] == reference["chains"] or days
 
 
+def test_a_relative_dump_copied_without_its_mtime_is_dated_by_dumped_on(
+    tmp_path: Path, reference: dict
+) -> None:
+    # Copied without -p a year later: by its mtime every "30 Nov" would be read in the
+    # wrong year; --dumped-on gives the day and the reading says where it came from.
+    today = dt.date(2026, 12, 2)
+    rows = reformatted("relative", today)
+    dated = _relative_run(tmp_path / "by-mtime" / "site.psv", rows, today)
+    copy = _relative_run(tmp_path / "copy" / "site.psv", rows, dt.date(2028, 1, 15))
+    assert _jobs_times(copy) != _jobs_times(dated)
+    plan = load_plan(DEMO_PLAN).model_copy(update={"data_dir": str(tmp_path / "given")})
+    given = run_baseline(
+        plan,
+        make_run_context(plan, DEMO_PLAN),
+        sacct_file=str(tmp_path / "copy" / "site.psv"),
+        dumped_on=tf.parse_dumped_on("2026-12-02"),
+    )
+    assert _jobs_times(given) == _jobs_times(dated)
+    assert given.summary["allocations_by_state"] == reference["allocations_by_state"]
+    assert (
+        given.summary["time_formats"]["Start"] == "relative (to 2026-12-02, --dumped-on 2026-12-02)"
+    )
+    for bad in ("2026-13-01", "02/12/2026", "yesterday", ""):
+        with pytest.raises(AccountingError, match=r"--dumped-on: .* is not a date as YYYY-MM-DD"):
+            tf.parse_dumped_on(bad)
+    assert tf.parse_dumped_on(None) is None
+
+
 def _relative_run(dump: Path, rows: list[dict], today: dt.date):
     """The baseline over the rows written as ``dump``, its mtime noon (UTC) of ``today``."""
     dump.parent.mkdir(parents=True)

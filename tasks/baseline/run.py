@@ -349,18 +349,23 @@ def run_baseline(
     use_dask: bool | None = None,
     delimiter: bytes | None = None,
     sacct_format: str | None = None,
+    dumped_on: dt.date | None = None,
 ) -> BaselineResult:
     """Ingest, gate, write and summarise; nothing is written unless its gate passes.
 
     ``delimiter`` overrides the dump's (see acct.detect_layout); ``sacct_format`` names the
-    fields of a header-less dump, in sacct's --format syntax.
+    fields of a header-less dump, in sacct's --format syntax; ``dumped_on`` the day sacct
+    wrote a dump with relative times, where the file's mtime is not it (a copy without -p).
     """
     key, key_origin = acct.load_pseudonym_key(plan.baseline.pseudonym_key_secret)
     pseudonymiser = acct.Pseudonymiser(key)
     stream, source, size = open_accounting(plan, sacct_file, live)
     # Relative times are dated by the day the dump was written (tasks.baseline.time_formats);
     # live sacct and slurmrestd are read in the standard format, a file has an mtime.
-    anchor = file_anchor(source) if Path(source).is_file() else None
+    if dumped_on is not None:
+        anchor: tuple[dt.date, str] | None = (dumped_on, f"--dumped-on {dumped_on.isoformat()}")
+    else:
+        anchor = file_anchor(source) if Path(source).is_file() else None
     reading = _Reading(delimiter, sacct_format, anchor)
     with stream, warmed():  # GX imports in its worker while the dump is parsed
         if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:

@@ -316,6 +316,20 @@ def _with_year(text: pa.Array, year: int, fmt: str) -> pa.Array:
     )
 
 
+def parse_dumped_on(text: str | None) -> dt.date | None:
+    """``--dumped-on``'s value as a date; anything but YYYY-MM-DD is refused naming the flag."""
+    if text is None:
+        return None
+    try:
+        if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+            raise ValueError(text)
+        return dt.date.fromisoformat(text)
+    except ValueError:
+        raise AccountingError(
+            f"--dumped-on: {text!r} is not a date as YYYY-MM-DD (the day sacct wrote the dump)"
+        ) from None
+
+
 def file_anchor(path: str) -> tuple[dt.date, str]:
     """The UTC date of a dump file's mtime: when sacct wrote it (see the module docstring)."""
     mtime = dt.datetime.fromtimestamp(os.stat(path).st_mtime, dt.UTC)
