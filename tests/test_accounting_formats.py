@@ -92,6 +92,8 @@ def _jobs_times(result) -> list[tuple]:
         ("%s", "%s (epoch seconds)"),
         ("%Y-%m-%d %H:%M:%S", "strftime %Y-%m-%d %H:%M:%S"),
         ("%m/%d/%y-%H:%M:%S", "strftime %m/%d/%y-%H:%M:%S"),
+        ("%Y%m%d%H%M%S", "strftime %Y%m%d%H%M%S"),  # packed, without separators
+        ("%Y%m%dT%H%M%S", "strftime %Y%m%dT%H%M%S"),  # ISO 8601's basic form
     ],
 )
 def test_epoch_and_strftime_dumps_read_as_the_standard_one(

@@ -21,8 +21,8 @@ XDMoD does); ``%s`` is exact whatever the zone.
 Relative times need the day sacct ran (the anchor). ckpt-poc takes the dump file's mtime (its
 UTC date): it is when sacct wrote the file, where the dump's own newest time is in a relative
 dump itself relative. A copy that did not keep the mtime (``cp`` without ``-p``) moves every
-relative time; ``relative_to`` overrides it. A ``%-d %b`` form without a year is the latest such
-day not after the anchor's week (accounting is history).
+relative time; ``relative_to`` (``--dumped-on``) overrides it. A ``%-d %b`` form without a
+year is the latest such day not after the anchor's week (accounting is history).
 """
 
 from __future__ import annotations
@@ -168,22 +168,33 @@ _DATE_ORDERS = {
     1: (("%d",),),
 }
 _YEAR_FIRST_ORDERS = (("%m", "%d"),)  # after a four-digit year: always year, month, day
+# Digit runs holding several fields (ISO 8601's basic form and the like): a date is always
+# year first there; a time after such a date is hours and minutes, with seconds or not.
+_PACKED_DATES = {8: "%Y%m%d", 12: "%Y%m%d%H%M", 14: "%Y%m%d%H%M%S"}
+_PACKED_TIMES = {4: "%H%M", 6: "%H%M%S"}
 
 
 def strftime_candidates(value: str) -> list[str]:
     """strftime formats that could have written ``value``: each digit run given a role (four
-    digits a year, runs around ':' a time, the rest day, month or two-digit year in every
-    order), each word a month or weekday name, AM/PM, or itself."""
+    digits a year, runs around ':' a time, 8, 12 or 14 digits a packed year-first date and
+    time, the rest day, month or two-digit year in every order), each word a month or
+    weekday name, AM/PM, or itself."""
     tokens = _TOKEN_RE.findall(value)
     roles: list[str | None] = []
-    has_year = has_month = am_pm = False
+    has_year = has_month = has_day = am_pm = False
     time_roles = iter(("%H", "%M", "%S"))
     for i, tok in enumerate(tokens):
         near_colon = (i + 1 < len(tokens) and tokens[i + 1] == ":") or (
             i > 0 and tokens[i - 1] == ":"
         )
+        packed_date = has_day and "%Y%m%d" in "".join(r or "" for r in roles)
         if tok.isdigit() and near_colon:
             roles.append(next(time_roles, None) or "")
+        elif tok.isdigit() and len(tok) in _PACKED_DATES and tok[:2] in ("19", "20"):
+            roles.append(_PACKED_DATES[len(tok)])
+            has_year = has_month = has_day = True
+        elif tok.isdigit() and len(tok) in _PACKED_TIMES and packed_date:
+            roles.append(_PACKED_TIMES[len(tok)])
         elif tok.isdigit() and len(tok) == 4:
             roles.append("%Y")
             has_year = True
@@ -200,10 +211,17 @@ def strftime_candidates(value: str) -> list[str]:
             roles.append(tok.replace("%", "%%"))
     if "" in roles:
         return []
-    needed = ["%d", *([] if has_month else ["%m"]), *([] if has_year else ["%y"])]
+    needed = [
+        *([] if has_day else ["%d"]),
+        *([] if has_month else ["%m"]),
+        *([] if has_year else ["%y"]),
+    ]
     open_slots = [i for i, r in enumerate(roles) if r is None]
     if len(open_slots) != len(needed):
         return []
+    if not needed:
+        fmt = "".join(r or "" for r in roles)
+        return [fmt.replace("%H", "%I") if am_pm else fmt]
     orders = _DATE_ORDERS[len(needed)]
     if has_year and len(needed) == 2 and roles.index("%Y") < open_slots[0]:
         orders = _YEAR_FIRST_ORDERS
