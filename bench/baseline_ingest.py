@@ -16,8 +16,10 @@ Contenders (every one computes the same exposure numbers from the same file):
 
 The three by-state results must agree (allocations exactly; node/GPU-hours and exposed
 GPU-hours to 1e-6 relative), or the benchmark exits 1. Peak RSS is the child's own
-``ru_maxrss`` (the kernel's high-water mark), cross-checked by polling the child's process
-tree with psutil. Dumps are cached under ``.run/bench/`` by rows, seed and generator version.
+``VmHWM`` (the kernel's high-water mark of its address space: not ru_maxrss, which Linux
+carries over from the parent that generated the dump), cross-checked by polling the child's
+process tree with psutil. Dumps are cached under ``.run/bench/`` by rows, seed and generator
+version.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ class _PhaseClock:
 
     Memory two ways: a sampler thread records the process RSS every 10 ms against every
     running phase (a lower bound: it cannot sample while another thread holds the GIL), and
-    each call notes how far it raised the process's ``ru_maxrss`` high-water mark, which is
+    each call notes how far it raised the process's ``VmHWM`` high-water mark, which is
     exact: the phases that raise it are where the peak was reached. Seconds of phases that
     run in Dask's worker threads are summed over the threads.
     """
@@ -555,13 +557,13 @@ def print_table(results: dict[str, dict[str, Any]], rows: int) -> None:
         "  seconds: the work alone (from the first read to the result), in a fresh process;\n"
         "  process s: that process's whole life (interpreter start, imports, plan/context).\n"
         "  vs ours: contender seconds / ours seconds (above 1: slower than ours).\n"
-        "  peak RSS: the child's own ru_maxrss (high-water mark of the whole process)."
+        "  peak RSS: the child's own VmHWM (high-water mark of the whole process)."
     )
     for name, r in results.items():
         if r["polled_tree_peak_mib"] > r["peak_rss_mib"] * 1.05:
             print(
                 f"  note: {name}'s process tree (polled) peaked at "
-                f"{r['polled_tree_peak_mib']:,.0f} MiB, above its own ru_maxrss"
+                f"{r['polled_tree_peak_mib']:,.0f} MiB, above its own VmHWM"
             )
 
 
@@ -582,7 +584,7 @@ def print_dask_table(results: dict[str, dict[str, Any]]) -> None:
         if r["polled_tree_peak_mib"] > r["peak_rss_mib"] * 1.05:
             print(
                 f"  note: {name}'s process tree (polled) peaked at "
-                f"{r['polled_tree_peak_mib']:,.0f} MiB, above its own ru_maxrss"
+                f"{r['polled_tree_peak_mib']:,.0f} MiB, above its own VmHWM"
             )
 
 
@@ -687,7 +689,7 @@ def main(argv: list[str] | None = None) -> int:
     # The GX worker (tasks.data.gx_worker) is a second process: the target is the tree's.
     peak = max(ours["peak_rss_mib"], ours["polled_tree_peak_mib"])
     print(
-        f"target ours peak RSS < {TARGET_PEAK_MIB:,} MiB (own ru_maxrss or polled process "
+        f"target ours peak RSS < {TARGET_PEAK_MIB:,} MiB (own VmHWM or polled process "
         f"tree, whichever is higher): {peak:,.0f} MiB -> {verdict(peak < TARGET_PEAK_MIB)}"
     )
 

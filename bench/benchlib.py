@@ -33,8 +33,15 @@ def code_version(*paths: str) -> str:
 
 
 def self_peak_mib() -> float:
-    """This process's peak RSS (ru_maxrss is in KiB on Linux)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process's own peak RSS: the kernel's VmHWM for its address space.
+
+    Not ru_maxrss: Linux carries that across fork and exec, so a child spawned by a bench
+    that had just generated a 4 GB dump reported the parent's peak as its own (measured: a
+    child of a parent that touched 1.5 GB read ru_maxrss 1,514 MiB, VmHWM 13 MiB).
+    ru_maxrss (KiB on Linux) only where /proc is not there.
+    """
+    hwm = proc_mib("/proc/self/status", "VmHWM")
+    return hwm if hwm is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def proc_mib(path: str, key: str) -> float | None:

@@ -13,7 +13,7 @@ both contenders read the committed files that ``tasks.data.store.dataset_files``
   exact ``quantile_cont``.
 
 The rows must agree (keys, n and points exactly; floats to 1e-9 relative; timestamps
-exactly) or it exits 1. Peak RSS is each child's own ``ru_maxrss``, cross-checked by polling
+exactly) or it exits 1. Peak RSS is each child's own ``VmHWM``, cross-checked by polling
 its process tree. Prints ours/DuckDB and PASS/MISS against: ratio <= 1.5, peak < 4 GiB.
 """
 
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ratio = ours["seconds"] / duck["seconds"]
     print(
         "  samples s: weekly_sample_summary / the DuckDB query alone, in a fresh process;\n"
-        f"  duckdb threads={duck['threads']}; peak RSS: the child's own ru_maxrss."
+        f"  duckdb threads={duck['threads']}; peak RSS: the child's own VmHWM."
     )
     print()
     print(
