@@ -117,6 +117,7 @@ def run_once(
     steps: int,
     poll_s: float,
     watch: bool = True,
+    hold_s: float = HOLD_S,
 ) -> dict[str, Any]:
     """One workload run in ``mode``; what it and this process cost over its wall time."""
     recorder = EventRecorder(ctx) if mode == HARNESS else None
@@ -128,7 +129,14 @@ def run_once(
     probe = None
     if recorder is not None:
         probe = TimedProbe(
-            log, STEP_RE, recorder, "harness-overhead", mode, poll_s=poll_s, watch=watch
+            log,
+            STEP_RE,
+            recorder,
+            "harness-overhead",
+            mode,
+            poll_s=poll_s,
+            watch=watch,
+            hold_s=hold_s,
         )
         probe.start()
     # wait4: the child's own CPU time, without polling. (Not its ru_maxrss: Linux carries
@@ -210,6 +218,13 @@ def main(argv: list[str] | None = None) -> int:
         help="probe poll in poll mode (default: the engine's)",
     )
     ap.add_argument(
+        "--hold-ms",
+        type=float,
+        default=HOLD_S * 1000,
+        help="probe's hold in inotify mode: reads at most this often while steps come "
+        "(default: the engine's)",
+    )
+    ap.add_argument(
         "--watch",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -243,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         f"workload: train_digits --steps {args.steps} --step-sleep {args.step_sleep}; "
         f"{args.pairs} pair(s) in A B B A order (A bare, B harness); probe "
         + (
-            f"inotify where it can (reads at most every {HOLD_S * 1000:g} ms while steps "
+            f"inotify where it can (reads at most every {args.hold_ms:g} ms while steps "
             f"come, safety read every {SAFETY_POLL_S * 1000:g} ms), else "
             if args.watch
             else "forced to poll mode, "
@@ -261,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, (pair, mode) in enumerate(order_of(args.pairs), 1):
         print(f"  run {i} pair {pair + 1} {mode} ...", end="", flush=True)
         log = work / f"{i:02d}-{mode}.log"
-        run = run_once(mode, wl, log, ctx, args.steps, poll_s, args.watch)
+        run = run_once(mode, wl, log, ctx, args.steps, poll_s, args.watch, args.hold_ms / 1000)
         run["pair"] = pair
         runs.append(run)
         probe_mode = f", probe mode {run['probe_mode']}" if run["probe_mode"] else ""
@@ -362,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
                 "probe_cpu_pct_pairs": probe_pct,
                 "harness_us_per_wakeup_pairs": us_per_wake,
                 "wakeups_per_line_pairs": wakes_per_line,
-                "hold_s": HOLD_S,
+                "hold_s": args.hold_ms / 1000,
                 "wall_ratio_pairs": wall_ratio,
                 "steps_per_s_ratio_pairs": rate_ratio,
                 "workload_cpu_ratio_pairs": wl_cpu_ratio,

@@ -1,4 +1,5 @@
-"""Probes: how the harness sees a workload progress or become ready, within 50 ms.
+"""Probes: how the harness sees a workload progress or become ready, within 50 ms (a step
+that follows another by less than ``HOLD_S``: within that hold; its time is still its write's).
 
 A progress probe follows the workload's append-only log (or a file holding a counter) and
 yields a step counter; a ready probe asks an HTTP URL until it answers 200. Each records the
@@ -12,7 +13,7 @@ filesystem: writes from other hosts raise no local event) it polls every ``POLL_
 
 Watched, it coalesces: after a read that found a new step it reads again no sooner than
 ``hold_s`` later (``HOLD_S``), so a workload logging faster than that costs one wake-up per
-``hold_s``, not one per line (at 48 lines/s: ~9 instead of 48). A line after a quiet spell
+``hold_s``, not one per line (at 48 lines/s: ~10 instead of 48). A line after a quiet spell
 (the first one, the first after a recovery) is still read at once. Each read takes its time
 from the log's mtime (the kernel's time of its last write, on this host's clock), clamped
 between the previous read and this one: the step a read ends on is timed to its write, not
@@ -50,8 +51,8 @@ POLL_S = 0.01
 # unseen event then costs at most this much latency; 2 wake-ups/s cost ~0.01 % of a core).
 SAFETY_POLL_S = 0.5
 # In inotify mode: after a read that found a new step, the next read waits this long (lines
-# written meanwhile are read together). Under the probes' 50 ms promise for a step's time,
-# which comes from the log's mtime; it bounds only how late the harness learns of a step.
+# written meanwhile are read together: ~5 at 48 lines/s). It bounds how late the harness
+# learns of such a step, not the step's time, which comes from the log's mtime.
 HOLD_S = 0.1
 # Filesystems whose writes from other hosts raise no inotify event here; their logs are
 # polled. "fuse" covers fuse.* (sshfs, gcsfuse, ...) too; fuseblk (ntfs-3g etc.) is local.
@@ -224,8 +225,8 @@ class LogProgressProbe:
 
     Watched, it wakes (and reads) once per write of the log, but no sooner than ``hold_s``
     after a read that found a step (module docstring): a workload printing 48 lines/s
-    costs ~9 wake-ups/s at the default 0.1 s, each read timed by the log's mtime. (A timed
-    read every N ms instead did not pay: it woke the idle probe too, bench/README.md.)
+    costs ~10 wake-ups/s at the default 0.1 s, each read timed by the log's mtime. (A 30 ms
+    hold did not pay, bench/README.md: ~1.5 lines a read did not repay the timer's wake-up.)
     """
 
     def __init__(
