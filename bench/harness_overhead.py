@@ -10,9 +10,11 @@ stdout and stderr to a log file) runs alternately in two modes, A B B A A B B A 
 * **bare** (A): nothing watches it; this process only waits for it (``os.wait4``, blocking,
   no CPU) - the bench process's own baseline;
 * **harness** (B): a ``tasks.engine.probes.LogProgressProbe`` tails its log at its defaults (on a
-  local Linux filesystem: woken by inotify, a safety read every 0.5 s; elsewhere, or with
-  ``--no-watch``: a read every 10 ms) with the engine's progress regex and records a
-  ``progress`` event per new step (its default) into a ``tasks.engine.clock.EventRecorder``, which
+  local Linux filesystem: woken by inotify, reads at most every ``HOLD_S`` = 0.1 s while
+  steps keep coming, each timed by the log's mtime, a safety read every 0.5 s; elsewhere, or
+  with ``--no-watch``: a read every 10 ms) with the engine's progress regex and records a
+  ``progress`` event per read that found a new step (its default; the newest step) into a
+  ``tasks.engine.clock.EventRecorder``, which
   journals events to the run folder as they happen (``progress`` in batches, at most 0.5 s
   late); writing parquet happens once per run, after the workload, and is not a cost the
   workload sees. The probe's mode, and why, is printed and recorded.
@@ -22,10 +24,12 @@ launcher and pid polling would add the same cost to both modes and only add nois
 
 Per run: this process's CPU time (``time.process_time``, all threads) over the run's wall
 time, the probe thread's own CPU time (``time.thread_time`` at the end of the thread: a
-cross-check) and its reads of the log (wake-ups), the workload's wall time, steps/s and CPU
+cross-check), its wake-ups (sleeps of its thread that ended: ``wakeups``) and reads of the
+log, the workload's wall time, steps/s and CPU
 time (``os.wait4``'s rusage of that child), and this process's RSS growth and peak RSS.
 Per pair: the harness's CPU as % of one core = (B's CPU / B's wall - A's CPU / A's wall)
-x 100, and workload wall time B / A.
+x 100; the harness's CPU per wake-up of the probe (that % x wall / wake-ups); wake-ups per
+progress line (the workload logs one line per step); and workload wall time B / A.
 The wall-time pairs go through ``tasks.experiments.stats.compare_paired`` against the plan's
 overhead threshold. Target (the issue): harness CPU under 0.5 % of one core; PASS/MISS is printed
 against the median over pairs. Everything measured goes to
@@ -51,7 +55,7 @@ from benchlib import code_version, proc_mib, self_peak_mib
 from tasks.data.plan import load_plan
 from tasks.data.runctx import RunContext, make_run_context
 from tasks.engine.clock import EventRecorder
-from tasks.engine.probes import POLL_S, SAFETY_POLL_S, LogProgressProbe
+from tasks.engine.probes import HOLD_S, POLL_S, SAFETY_POLL_S, LogProgressProbe
 from tasks.experiments.stats import compare_paired
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,8 +71,8 @@ class BenchError(RuntimeError):
 
 
 class TimedProbe(LogProgressProbe):
-    """The engine's probe, unchanged, plus its thread's CPU time (its polls: ``reads``, the
-    probe's own count of its reads of the log, one per wake-up in either mode)."""
+    """The engine's probe, unchanged, plus its thread's CPU time (its own counts: ``reads``
+    of the log and ``wakeups`` of its thread)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -113,6 +117,7 @@ def run_once(
     steps: int,
     poll_s: float,
     watch: bool = True,
+    hold_s: float = HOLD_S,
 ) -> dict[str, Any]:
     """One workload run in ``mode``; what it and this process cost over its wall time."""
     recorder = EventRecorder(ctx) if mode == HARNESS else None
@@ -124,7 +129,14 @@ def run_once(
     probe = None
     if recorder is not None:
         probe = TimedProbe(
-            log, STEP_RE, recorder, "harness-overhead", mode, poll_s=poll_s, watch=watch
+            log,
+            STEP_RE,
+            recorder,
+            "harness-overhead",
+            mode,
+            poll_s=poll_s,
+            watch=watch,
+            hold_s=hold_s,
         )
         probe.start()
     # wait4: the child's own CPU time, without polling. (Not its ru_maxrss: Linux carries
@@ -152,6 +164,7 @@ def run_once(
         "probe_thread_cpu_s": probe.thread_cpu_s if probe else None,
         "probe_cpu_pct": probe.thread_cpu_s / wall * 100 if probe and probe.thread_cpu_s else None,
         "polls": probe.reads if probe else None,
+        "wakeups": probe.wakeups if probe else None,
         "probe_mode": probe.mode if probe else None,
         "probe_mode_reason": probe.mode_reason if probe else None,
         "events": len(recorder.events()) if recorder else None,
@@ -180,7 +193,8 @@ def print_runs(runs: list[dict[str, Any]]) -> None:
         ("bench_cpu_s", "bench CPU s", ".3f", 11),
         ("bench_cpu_pct", "bench %core", ".3f", 11),
         ("probe_cpu_pct", "probe %core", ".3f", 11),
-        ("polls", "polls", "d", 5),
+        ("polls", "reads", "d", 5),
+        ("wakeups", "wakes", "d", 5),
         ("events", "events", "d", 6),
         ("bench_rss_growth_mib", "+RSS MiB", ".1f", 8),
     ]
@@ -202,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         default=POLL_S * 1000,
         help="probe poll in poll mode (default: the engine's)",
+    )
+    ap.add_argument(
+        "--hold-ms",
+        type=float,
+        default=HOLD_S * 1000,
+        help="probe's hold in inotify mode: reads at most this often while steps come "
+        "(default: the engine's)",
     )
     ap.add_argument(
         "--watch",
@@ -237,11 +258,12 @@ def main(argv: list[str] | None = None) -> int:
         f"workload: train_digits --steps {args.steps} --step-sleep {args.step_sleep}; "
         f"{args.pairs} pair(s) in A B B A order (A bare, B harness); probe "
         + (
-            f"inotify where it can (safety read every {SAFETY_POLL_S * 1000:g} ms), else "
+            f"inotify where it can (reads at most every {args.hold_ms:g} ms while steps "
+            f"come, safety read every {SAFETY_POLL_S * 1000:g} ms), else "
             if args.watch
             else "forced to poll mode, "
         )
-        + f"poll {args.poll_ms:g} ms; a progress event per step; "
+        + f"poll {args.poll_ms:g} ms; a progress event per read with a new step; "
         f"load avg {env['load_avg_1m']:.2f}"
     )
     # Untimed warm-up: the first interpreter start pays for a cold page cache of imports.
@@ -254,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, (pair, mode) in enumerate(order_of(args.pairs), 1):
         print(f"  run {i} pair {pair + 1} {mode} ...", end="", flush=True)
         log = work / f"{i:02d}-{mode}.log"
-        run = run_once(mode, wl, log, ctx, args.steps, poll_s, args.watch)
+        run = run_once(mode, wl, log, ctx, args.steps, poll_s, args.watch, args.hold_ms / 1000)
         run["pair"] = pair
         runs.append(run)
         probe_mode = f", probe mode {run['probe_mode']}" if run["probe_mode"] else ""
@@ -271,12 +293,14 @@ def main(argv: list[str] | None = None) -> int:
     wl_cpu_ratio = [
         b[HARNESS]["workload_cpu_s"] / b[BARE]["workload_cpu_s"] for b in by_pair.values()
     ]
-    # The harness's CPU (all threads, over bare) per wake-up of the probe: what a line costs.
+    # The harness's CPU (all threads, over bare) per wake-up of the probe's thread.
     us_per_wake = [
-        harness_pct[p] / 100 * b[HARNESS]["wall_s"] / b[HARNESS]["polls"] * 1e6
+        harness_pct[p] / 100 * b[HARNESS]["wall_s"] / b[HARNESS]["wakeups"] * 1e6
         for p, b in by_pair.items()
     ]
+    wakes_per_line = [b[HARNESS]["wakeups"] / args.steps for b in by_pair.values()]
     polls = sum(b[HARNESS]["polls"] for b in by_pair.values())
+    wakeups = sum(b[HARNESS]["wakeups"] for b in by_pair.values())
     probe_cpu = sum(b[HARNESS]["probe_thread_cpu_s"] for b in by_pair.values())
     med = statistics.median
     print(
@@ -289,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     for p, b in by_pair.items():
         print(
             f"  pair {p + 1}: harness CPU {harness_pct[p]:.3f} % of one core "
-            f"({us_per_wake[p]:.0f} us per wake-up, "
+            f"({us_per_wake[p]:.0f} us per wake-up, {wakes_per_line[p]:.3f} wake-ups per "
+            "progress line, "
             f"{harness_pct[p] * 0.6:.4f} CPU s per wall min; probe thread alone "
             f"{probe_pct[p]:.3f} %), wall {b[HARNESS]['wall_s']:.2f} / {b[BARE]['wall_s']:.2f} s "
             f"= {wall_ratio[p]:.4f}x, steps/s ratio {rate_ratio[p]:.4f}x, workload CPU ratio "
@@ -304,8 +329,13 @@ def main(argv: list[str] | None = None) -> int:
         f"harness CPU (median of pairs): {primary:.3f} % of one core = {primary * 0.6:.4f} CPU s "
         f"per minute of wall time = {med(us_per_wake):.0f} us CPU per wake-up (all threads, "
         f"over bare); probe thread alone {med(probe_pct):.3f} % "
-        f"({probe_cpu / polls * 1e6:.1f} us CPU per poll over {polls} polls, "
-        f"{polls / sum(b[HARNESS]['wall_s'] for b in by_pair.values()):.1f} polls/s)"
+        f"({probe_cpu / wakeups * 1e6:.1f} us CPU per wake-up over {wakeups} wake-ups, "
+        f"{wakeups / sum(b[HARNESS]['wall_s'] for b in by_pair.values()):.1f} wake-ups/s; "
+        f"{polls} reads)"
+    )
+    print(
+        f"wake-ups per progress line (median of pairs): {med(wakes_per_line):.3f} "
+        f"({args.steps} lines per run)"
     )
     print(
         f"workload: wall time harness/bare {med(wall_ratio):.4f}x, steps/s harness/bare "
@@ -330,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "PASS" if primary < TARGET_PCT else "MISS"
     print(
         f"{verdict}: harness CPU {primary:.3f} % of one core (target < {TARGET_PCT} %), "
-        f"probe mode {probe_mode}"
+        f"{med(wakes_per_line):.3f} wake-ups per progress line, {med(us_per_wake):.0f} us per "
+        f"wake-up, probe mode {probe_mode}"
     )
     print(f"wall time {wall:.0f}s")
 
@@ -345,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
                 "harness_cpu_pct_pairs": harness_pct,
                 "probe_cpu_pct_pairs": probe_pct,
                 "harness_us_per_wakeup_pairs": us_per_wake,
+                "wakeups_per_line_pairs": wakes_per_line,
+                "hold_s": args.hold_ms / 1000,
                 "wall_ratio_pairs": wall_ratio,
                 "steps_per_s_ratio_pairs": rate_ratio,
                 "workload_cpu_ratio_pairs": wl_cpu_ratio,

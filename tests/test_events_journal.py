@@ -137,3 +137,20 @@ def test_steady_progress_reaches_the_journal_within_the_lag(write_plan) -> None:
     assert not late, late
     recorder.flush_journal()
     assert [e.detail["step"] for e in read_journal(journal)] == list(range(1, 41))
+
+
+def test_record_at_dates_an_event_back_on_both_clocks(tmp_path: Path) -> None:
+    """An event observed after it happened (a log line read later, timed by its write):
+    its monotonic time as given, its wall time moved back by as much, journalled as such."""
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(update={"data_dir": str(tmp_path)})
+    rec = EventRecorder(make_run_context(plan, REPO / "plans" / "demo.yaml"))
+    before = dt.datetime.now(dt.UTC)
+    at = time.monotonic_ns() - 2_500_000_000  # 2.5 s ago
+    ev = rec.record_at("t-1", "managed", "progress", at, step=7)
+    assert ev.t_mono_ns == at and ev.detail == {"step": 7}
+    back = (before - ev.t_wall).total_seconds()
+    assert 2.4 < back <= 2.501, back
+    rec.flush_journal()
+    assert rec.journal is not None
+    (journalled,) = read_journal(rec.journal)
+    assert (journalled.t_mono_ns, journalled.t_wall) == (at, ev.t_wall)

@@ -11,6 +11,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -113,6 +114,106 @@ def test_inotify_probe_sleeps_while_log_is_idle(tmp_path: Path) -> None:
         probe.stop()
     assert probe.mode == "inotify"
     assert 2 <= polls <= 6, polls  # the first read and a 250 ms safety poll, not 100 10-ms polls
+
+
+def _append_step(fh: IO[str], step: int) -> tuple[int, int]:
+    """Write one step line; the monotonic ns just before and just after the write."""
+    before = time.monotonic_ns()
+    fh.write(f"step={step} \n")
+    fh.flush()
+    return before, time.monotonic_ns()
+
+
+MTIME_EARLY_NS = 20_000_000  # a coarse mtime lags the write by up to a jiffy (<= 10 ms)
+
+
+@linux_only
+def test_watched_probe_holds_reads_and_times_steps_by_their_write(tmp_path: Path) -> None:
+    """A step read less than ``hold_s`` after the last one waits for the hold; its time is
+    still its write's (the log's mtime), a fresh read (``latest``) or ``stop`` gets it at once."""
+    recorder = _recorder(tmp_path)
+    log = tmp_path / "w.log"
+    log.write_text("")
+    probe = LogProgressProbe(log, STEP_RE, recorder, "t", "managed", hold_s=30).start()
+    try:
+        with open(log, "a") as fh:
+            _append_step(fh, 1)
+            assert probe.wait_for(lambda s: s.step == 1, timeout=5)  # after quiet: at once
+            w2 = _append_step(fh, 2)
+            # Held: a probe reading each line as it comes would see it within ms.
+            assert probe.wait_for(lambda s: s.step >= 2, timeout=0.5) is None
+            fresh = probe.latest()  # what a fault or a dump reads: the log up to now
+            assert fresh is not None and fresh.step == 2
+            w3 = _append_step(fh, 3)
+        assert probe.wait_for(lambda s: s.step >= 3, timeout=0.3) is None
+        t0 = time.monotonic()
+        probe.stop()  # cuts the 30 s hold short and reads what it left unread
+        assert time.monotonic() - t0 < 2
+    finally:
+        probe.stop()
+    assert probe.mode == "inotify"
+    seen = {s.step: s.t_mono_ns for s in probe.seen}
+    assert list(seen) == [1, 2, 3]
+    # Timed by the write, not by the read 0.5 s (step 2) or 0.3 s (step 3) later.
+    for step, (before, after) in ((2, w2), (3, w3)):
+        assert before - MTIME_EARLY_NS <= seen[step] <= after, (step, seen[step] - before)
+    events = recorder.events(event="progress")
+    assert [e.detail["step"] for e in events] == [1, 2, 3]
+    assert [e.t_mono_ns for e in events] == list(seen.values())
+    assert events[0].detail == {"step": 1, "timing": "mtime", "hold_ms": 30_000}
+    # The wall time moves back with the monotonic one (recorded at the read, dated earlier).
+    gap = events[2].t_wall - events[1].t_wall
+    assert abs(gap.total_seconds() - (seen[3] - seen[2]) / 1e9) < 0.001
+
+
+@linux_only
+def test_watched_probe_reads_a_fast_log_once_per_hold(tmp_path: Path) -> None:
+    """100 lines at ~100/s: a read (and at most two wake-ups) per ``hold_s`` of them, not
+    one per line, each read's step timed between its write and the next line's."""
+    hold_s, n = 0.1, 100
+    recorder = _recorder(tmp_path)
+    log = tmp_path / "w.log"
+    log.write_text("")
+    probe = LogProgressProbe(log, STEP_RE, recorder, "t", "managed", hold_s=hold_s).start()
+    written: dict[int, tuple[int, int]] = {}
+    try:
+        with open(log, "a") as fh:
+            for step in range(1, n + 1):
+                written[step] = _append_step(fh, step)
+                time.sleep(0.01)
+        last = probe.wait_for(lambda s: s.step == n, timeout=10)
+    finally:
+        probe.stop()
+    assert last is not None
+    elapsed_s = (written[n][1] - written[1][0]) / 1e9
+    seen = probe.seen
+    # Reads that found a step are hold_s apart but for the first (after quiet) and the one
+    # that ends the last hold; a probe reading line by line makes ~n of them.
+    assert len(seen) <= elapsed_s / hold_s + 3, (len(seen), elapsed_s)
+    assert probe.wakeups <= 2 * len(seen) + 4, (probe.wakeups, len(seen))
+    steps = [s.step for s in seen]
+    assert steps == sorted(steps) and steps[-1] == n
+    for s in seen:
+        before = written[s.step][0]
+        # Its write's time, not the read's (up to hold_s later): before the next line.
+        until = written[s.step + 1][0] if s.step < n else written[n][1]
+        assert before - MTIME_EARLY_NS <= s.t_mono_ns <= until, (s.step, s.t_mono_ns - before)
+
+
+def test_polled_probe_times_steps_by_its_read(tmp_path: Path) -> None:
+    recorder = _recorder(tmp_path)
+    log = tmp_path / "w.log"
+    log.write_text("step=1 \n")
+    probe = LogProgressProbe(log, STEP_RE, recorder, "t", "managed", watch=False).start()
+    try:
+        assert probe.wait_for(lambda s: s.step == 1, timeout=5)
+    finally:
+        probe.stop()
+    assert recorder.events(event="progress")[0].detail == {
+        "step": 1,
+        "timing": "read",
+        "hold_ms": 0.0,
+    }
 
 
 @pytest.mark.parametrize("watch", [True, False], ids=["watch", "poll"])

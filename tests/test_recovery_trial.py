@@ -5,11 +5,12 @@ then the new attempt's `start steps=…` glued to it, read as new progress at st
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from tasks.engine.clock import EventRecorder
 from tasks.engine.probes import LogProgressProbe, last_step_before
-from tasks.experiments.recovery_trial import end_torn_line, first_new_step
+from tasks.experiments.recovery_trial import end_torn_line, first_new_step, progress_event
 
 STEP_RE = r"^step=(\d+) "
 
@@ -34,3 +35,22 @@ def test_a_torn_last_line_is_ended_so_the_next_attempt_reads_as_its_own(tmp_path
     empty = tmp_path / "empty.log"
     empty.write_bytes(b"")
     assert end_torn_line(empty) == 0 and empty.read_bytes() == b""
+
+
+def test_progress_event_interpolates_a_step_read_with_later_ones() -> None:
+    """A watched probe reads several lines at once and records only the newest: the moment
+    of a step inside such a read lies between the events around it (as chains.py reads it)."""
+    rec = EventRecorder(None)
+    t0 = time.monotonic_ns() - 10_000_000_000
+    for step, at_s in ((40, 0.0), (45, 1.0), (55, 3.0)):  # steps 46..54 came in one read
+        rec.record_at("t", "unmanaged", "progress", t0 + int(at_s * 1e9), step=step)
+    exact = progress_event(rec, "t", "unmanaged", 45)
+    assert exact is rec.events("t", "unmanaged", "progress")[1]
+    mid = progress_event(rec, "t", "unmanaged", 50)
+    assert mid.t_mono_ns == t0 + 2_000_000_000
+    assert mid.detail == {"step": 50, "interpolated_between": [45, 55]}
+    prev = rec.events("t", "unmanaged", "progress")[1]
+    assert abs((mid.t_wall - prev.t_wall).total_seconds() - 1.0) < 1e-6
+    assert len(rec.events()) == 3  # a moment to measure from, not a recorded event
+    # Before the first event: that event (nothing earlier to interpolate from).
+    assert progress_event(rec, "t", "unmanaged", 10).detail["step"] == 40

@@ -218,7 +218,19 @@ class EventRecorder:
 
     def record(self, trial_id: str, arm: str, event: str, **detail: Any) -> Event:
         wall, mono = now()
-        ev = Event(trial_id, arm, event, wall, mono, self._host, detail)
+        return self._keep(Event(trial_id, arm, event, wall, mono, self._host, detail))
+
+    def record_at(
+        self, trial_id: str, arm: str, event: str, t_mono_ns: int, **detail: Any
+    ) -> Event:
+        """Record an event that happened at ``t_mono_ns`` (in the past: a log line timed by
+        its write); its wall time is now's, moved back by as much."""
+        wall, mono = now()
+        if t_mono_ns != mono:
+            wall -= dt.timedelta(microseconds=(mono - t_mono_ns) / 1000)
+        return self._keep(Event(trial_id, arm, event, wall, t_mono_ns, self._host, detail))
+
+    def _keep(self, ev: Event) -> Event:
         with self._lock:  # _append, unrolled for one event: a probe records every step
             self._events.append(ev)
             if self._journal is not None:

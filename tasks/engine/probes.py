@@ -1,4 +1,5 @@
-"""Probes: how the harness sees a workload progress or become ready, within 50 ms.
+"""Probes: how the harness sees a workload progress or become ready, within 50 ms (a step
+that follows another by less than ``HOLD_S``: within that hold; its time is still its write's).
 
 A progress probe follows the workload's append-only log (or a file holding a counter) and
 yields a step counter; a ready probe asks an HTTP URL until it answers 200. Each records the
@@ -9,6 +10,19 @@ its latency is the wake-up plus the read, and an idle log costs a wake-up only e
 ``SAFETY_POLL_S``. Where inotify is missing or cannot see every writer (a network or FUSE
 filesystem: writes from other hosts raise no local event) it polls every ``POLL_S``
 (``mode == "poll"``), so its latency is bounded by that interval plus the read.
+
+Watched, it coalesces: after a read that found a new step it reads again no sooner than
+``hold_s`` later (``HOLD_S``), so a workload logging faster than that costs one wake-up per
+``hold_s``, not one per line (at 48 lines/s: ~10 instead of 48). A line after a quiet spell
+(the first one, the first after a recovery) is still read at once. Each read takes its time
+from the log's mtime (the kernel's time of its last write, on this host's clock), clamped
+between the previous read and this one: the step a read ends on is timed to its write, not
+to the read, to within the mtime's granularity (one jiffy, a few ms early at most); the
+steps before it in the same read get no event of their own (readers interpolate,
+tasks/window/chains.py). So ``hold_s`` bounds when the harness *knows* of a step (its read
+is at most ``hold_s`` plus a wake-up late), not its recorded time. The first `progress`
+event of a probe says how it times (``timing``, ``hold_ms``). Callers that need the step up
+to a moment (a fault, a dump) call ``poll()`` (or ``latest()``) first: a fresh read.
 """
 
 from __future__ import annotations
@@ -36,6 +50,10 @@ POLL_S = 0.01
 # In inotify mode: how often the probe reads the log even without an event (a lost or
 # unseen event then costs at most this much latency; 2 wake-ups/s cost ~0.01 % of a core).
 SAFETY_POLL_S = 0.5
+# In inotify mode: after a read that found a new step, the next read waits this long (lines
+# written meanwhile are read together: ~5 at 48 lines/s). It bounds how late the harness
+# learns of such a step, not the step's time, which comes from the log's mtime.
+HOLD_S = 0.1
 # Filesystems whose writes from other hosts raise no inotify event here; their logs are
 # polled. "fuse" covers fuse.* (sshfs, gcsfuse, ...) too; fuseblk (ntfs-3g etc.) is local.
 NETWORK_FS = frozenset(
@@ -205,9 +223,10 @@ class LogProgressProbe:
     ``watch=False``); ``mode_reason`` says why. start() falls back to "poll" if it cannot
     get an inotify instance.
 
-    Watched, it wakes (and reads) once per write of the log: a workload printing 50 lines/s
-    costs 50 wake-ups/s. Capping that with a timed read every N ms did not pay here: a timer
-    wake-up cost more CPU than an inotify one (bench/README.md, harness overhead).
+    Watched, it wakes (and reads) once per write of the log, but no sooner than ``hold_s``
+    after a read that found a step (module docstring): a workload printing 48 lines/s
+    costs ~10 wake-ups/s at the default 0.1 s, each read timed by the log's mtime. (A 30 ms
+    hold did not pay, bench/README.md: ~1.5 lines a read did not repay the timer's wake-up.)
     """
 
     def __init__(
@@ -222,6 +241,7 @@ class LogProgressProbe:
         record_every_step: bool = True,
         watch: bool = True,
         safety_s: float = SAFETY_POLL_S,
+        hold_s: float = HOLD_S,
     ) -> None:
         self.log = log
         self.pattern = compile_progress(regex)
@@ -233,7 +253,8 @@ class LogProgressProbe:
         self._offset = 0  # bytes up to the end of the last complete line
         self._partial = b""
         self.seen: list[StepSeen] = []
-        self.reads = 0  # reads of the log: one per wake-up, in either mode
+        self.reads = 0  # reads of the log
+        self.wakeups = 0  # sleeps of the probe's thread that ended (its cost is per wake-up)
         # The condition's lock is entered directly, and the condition notified only while
         # someone waits: Condition's __enter__ and notify_all are Python, paid every step.
         self._seen_lock = threading.RLock()
@@ -246,6 +267,10 @@ class LogProgressProbe:
         self._thread: threading.Thread | None = None
         self.mode, self.mode_reason = _choose_mode(log, watch)
         self._safety_s = safety_s
+        self.hold_s = hold_s
+        # Monotonic ns at the previous read's start (or the probe's): no new byte is older.
+        self._t_lo = time.monotonic_ns()
+        self._t_step = 0  # ... at the start of the last read that found a step
         self._ino: _Inotify | None = None
         self._wake_fd: int | None = None  # eventfd: stop() wakes the sleeping thread
         self._fd_lock = threading.Lock()  # stop() never writes to an fd the thread closed
@@ -265,11 +290,14 @@ class LogProgressProbe:
             except OSError as exc:  # e.g. EMFILE: the user's inotify instances are used up
                 self._close_fds()
                 self.mode, self.mode_reason = "poll", f"inotify unavailable: {exc}"
+        self._t_lo = time.monotonic_ns()  # a line already in the log is timed from here on
         self._thread = threading.Thread(target=self._run, name=f"progress-{self.arm}", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        """End the thread; watched, it reads the log once more first (a hold may have left
+        its last lines unread)."""
         self._stop.set()
         with self._fd_lock:
             if self._wake_fd is not None:
@@ -289,6 +317,8 @@ class LogProgressProbe:
         if self._ino is not None and self._wake_fd is not None:
             try:
                 self._run_watched(self._ino, self._wake_fd)
+                with self._read_lock:  # stopped: lines a hold left unread still count
+                    self._poll()
             finally:
                 self._close_fds()
                 with self._read_lock:
@@ -297,12 +327,15 @@ class LogProgressProbe:
         while not self._stop.is_set():
             self.poll()
             self._stop.wait(self._poll_s)
+            self.wakeups += 1
 
     def _run_watched(self, ino: _Inotify, wake_fd: int) -> None:
-        poller = select.poll()
+        poller, holder = select.poll(), select.poll()
         poller.register(ino.fd, select.POLLIN)
         poller.register(wake_fd, select.POLLIN)
+        holder.register(wake_fd, select.POLLIN)  # a hold: only stop() cuts it short
         wait, stopped, lock = poller.poll, self._stop.is_set, self._read_lock
+        hold_ns = int(self.hold_s * 1e9)
         while not stopped():
             # Watch first, then read: a line appended between the read and a watch added
             # after it would raise no event and wait for the safety read (seen: 500 ms).
@@ -311,14 +344,22 @@ class LogProgressProbe:
             self.poll()
             # Unarmed (no directory yet, watch refused): poll as fast as poll mode would.
             timeout_ms = (self._safety_s if self._armed else self._poll_s) * 1000
+            streaming = False  # the last read followed a hold: lines come faster than it
             while True:
-                # Once per line the workload writes: each Python call here costs µs (cold
-                # after the sleep), so one lock and, for a plain write, one bytes compare.
-                ready = wait(timeout_ms)
+                if streaming:  # hold first: the next hold_s of lines cost one wake-up
+                    holder.poll(hold_ns / 1e6)
+                    self.wakeups += 1
+                # Once per wake-up: each Python call here costs µs (cold after the sleep),
+                # so one lock and, for a plain write, one bytes compare.
+                ready = wait(0 if streaming else timeout_ms)
+                self.wakeups += not streaming
                 if stopped():
                     return
                 with lock:  # _reopen is read and cleared under it
                     if not ready:
+                        if streaming:  # nothing came during the hold: sleep on inotify
+                            streaming = False
+                            continue
                         self._reopen = True  # the safety read: also catch a replacement unseen
                         break
                     raw = ino.read_raw()
@@ -326,7 +367,18 @@ class LogProgressProbe:
                         continue
                     if not self._armed:
                         break  # re-arm before the read
-                    self._poll()
+                    left_ns = self._t_step + hold_ns - time.monotonic_ns()
+                    if left_ns <= 0 or streaming:
+                        streaming = self._poll() and streaming
+                        continue
+                # A step was read less than hold_s ago: wait out the rest (unlocked: a
+                # caller's poll() goes on), then read what came meanwhile in one go.
+                holder.poll(left_ns / 1e6)
+                self.wakeups += 1
+                if stopped():
+                    return
+                with lock:
+                    streaming = self._poll()
 
     def _arm(self, ino: _Inotify) -> None:
         """Watch the log's directory for the log's name and, if it exists, the log itself."""
@@ -369,17 +421,24 @@ class LogProgressProbe:
                     relevant, self._armed, self._reopen = True, False, True
         return relevant
 
-    def poll(self) -> None:
-        """Read what the log gained since the last poll; record the newest step seen."""
+    def poll(self) -> bool:
+        """Read what the log gained since the last poll; record the newest step seen.
+        Whether it found a new step."""
         with self._read_lock:
-            self._poll()
+            return self._poll()
+
+    def latest(self) -> StepSeen | None:
+        """The newest step the log holds now (a fresh read first, not the last wake-up's:
+        for the step at a fault or a dump)."""
+        self.poll()
+        return self.last
 
     def _close_log(self) -> None:
         if self._log_fd is not None:
             os.close(self._log_fd)
             self._log_fd = None
 
-    def _poll(self) -> None:
+    def _poll(self) -> bool:
         self.reads += 1
         fd = self._log_fd
         if fd is None or self._reopen:
@@ -387,20 +446,33 @@ class LogProgressProbe:
             try:
                 fd = os.open(self.log, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
-                return
+                return False
             # While watched, the fd stays open (an open() cost more CPU than the rest of a
             # read) until the watch says the name moved; polled, each read opens afresh.
             self._log_fd, self._reopen = fd, self._ino is None
+        watched = self._ino is not None  # a local log: its mtime is this host's clock
+        t_lo, self._t_lo = self._t_lo, time.monotonic_ns()
         try:
-            data = os.pread(fd, _READ_CHUNK, self._read_to)
-            if len(data) == _READ_CHUNK:
-                data = self._read_rest(fd, data)
+            if watched:
+                # Only the bytes the log held at this fstat: the mtime is their last write's
+                # (a line appended after it would be read but timed too early).
+                st = os.fstat(fd)
+                want = st.st_size - self._read_to
+                data = os.pread(fd, want, self._read_to) if want > 0 else b""
+            else:
+                data = os.pread(fd, _READ_CHUNK, self._read_to)
+                if len(data) == _READ_CHUNK:
+                    data = self._read_rest(fd, data)
         finally:
             if self._reopen:
                 self._close_log()
         if not data:
-            return
-        t = time.monotonic_ns()
+            return False
+        if watched:  # when the last write happened, not when this read did (docstring)
+            m0, real, t = time.monotonic_ns(), time.time_ns(), time.monotonic_ns()
+            t = min(t, max(t_lo, st.st_mtime_ns - real + (m0 + t) // 2))
+        else:
+            t = time.monotonic_ns()
         self._read_to += len(data)
         buf = self._partial + data if self._partial else data
         # A line ends at "\n" or at "\r" (GROMACS -v rewrites its progress line with "\r").
@@ -411,20 +483,27 @@ class LogProgressProbe:
         if self._findall is None:
             steps = steps_in(text, self.pattern)
             if not steps:
-                return
+                return False
             step = steps[-1]
         else:
             found = self._findall(text)
             if not found:
-                return
+                return False
             step = int(found[-1])
+        self._t_step = self._t_lo
         seen = StepSeen(step, t, self._offset)
         with self._seen_lock:
             self.seen.append(seen)
             if self._waiting:
                 self._lock.notify_all()
-        if self._record_every or len(self.seen) == 1:
-            self._recorder.record(self._trial, self.arm, "progress", step=step)
+        if len(self.seen) == 1:  # how this probe's events are timed, once
+            timing = "mtime" if watched else "read"
+            hold_ms = self.hold_s * 1000 if watched else 0.0
+            rec = self._recorder.record_at
+            rec(self._trial, self.arm, "progress", t, step=step, timing=timing, hold_ms=hold_ms)
+        elif self._record_every:
+            self._recorder.record_at(self._trial, self.arm, "progress", t, step=step)
+        return True
 
     def _read_rest(self, fd: int, first: bytes) -> bytes:
         """The rest of a log that gained more than a chunk since the last read."""

@@ -325,8 +325,9 @@ def run_cycle(sweep: Sweep, m: Managed, record: CycleRecord, query: bool) -> boo
     record.caught = caught
     if not m.proc.alive():
         raise _Ended(m, record)
-    if m.probe is not None and m.probe.last is not None:
-        record.step = m.probe.last.step  # as the dump starts; the frozen log's step below
+    latest = m.probe.latest() if m.probe is not None else None  # a fresh read, not the last
+    if latest is not None:
+        record.step = latest.step  # as the dump starts; the frozen log's step below
     if record.moment == "periodic":
         point = dump_run_on_and_end(m.criu, sweep.cluster, m.proc, record, m.log)
     else:
@@ -484,7 +485,8 @@ def sweep_workload(sweep: Sweep, w: Workload, index: int) -> WorkloadSweep:
         if is_job and m is not None:
             if not sweep.cluster.wait_gone(m.proc, sweep.timeout_s):
                 out.notes.append(f"the managed run did not end within {sweep.timeout_s:.0f} s")
-            last = m.probe.last.step if m.probe is not None and m.probe.last else None
+            seen = m.probe.latest() if m.probe is not None else None  # all it logged
+            last = seen.step if seen else None
             if last != out.final_step:
                 out.notes.append(
                     f"the managed run ended at step {last}, the reference at {out.final_step}"

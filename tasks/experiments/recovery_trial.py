@@ -9,7 +9,7 @@ import datetime as dt
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -178,10 +178,24 @@ def app_resume_step(plan: Plan, step_at_fault: int | None) -> int:
 
 
 def progress_event(rec: EventRecorder, trial: str, arm: str, step: int) -> Event:
-    """The `progress` event of the first step at or after ``step`` (the application writes
-    its checkpoint right after that step, so this is when its recoverable point existed)."""
-    return next(
-        e for e in rec.events(trial, arm, "progress") if int(e.detail.get("step", -1)) >= step
+    """When ``step`` was logged (the application writes its checkpoint right after that
+    step, so this is when its recoverable point existed): the `progress` event of the first
+    step at or after it; where the probe read ``step`` together with later ones (one event,
+    for the newest), interpolated linearly from the event before, as tasks/window/chains.py
+    does (not recorded: a moment to measure from)."""
+    events = rec.events(trial, arm, "progress")
+    steps = [int(e.detail.get("step", -1)) for e in events]
+    i = next(k for k, s in enumerate(steps) if s >= step)
+    if i == 0 or not steps[i - 1] < step < steps[i]:
+        return events[i]
+    prev, ev = events[i - 1], events[i]
+    frac = (step - steps[i - 1]) / (steps[i] - steps[i - 1])
+    ns = round(frac * (ev.t_mono_ns - prev.t_mono_ns))
+    return replace(
+        prev,
+        t_mono_ns=prev.t_mono_ns + ns,
+        t_wall=prev.t_wall + dt.timedelta(microseconds=ns / 1000),
+        detail={"step": step, "interpolated_between": [steps[i - 1], steps[i]]},
     )
 
 
