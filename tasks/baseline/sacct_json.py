@@ -443,8 +443,8 @@ def convert_sacct_json(data: bytes | str, source: str) -> JsonConversion:
     raw = _as_bytes(data)
     if raw is not None:
         top: dict[str, Any] = {}
-        jobs = fast_jobs(raw, top, lambda tail, tail_top: iter_document(tail, source, tail_top))
         try:
+            jobs = fast_jobs(raw, top, lambda tail, tail_top: iter_document(tail, source, tail_top))
             return _convert(jobs, top)
         except Unchunked:
             pass
