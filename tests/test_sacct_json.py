@@ -370,3 +370,17 @@ def test_a_document_the_chunks_cannot_take_is_read_whole_by_the_standard_library
     with pytest.raises(sacct_json.Unchunked):
         list(sacct_json_fast.fast_jobs(text.encode(), {}, lambda tail, top: iter([])))
     assert sacct_json.convert_sacct_json(text, "x.json") == _slow_conversion(monkeypatch, text)
+
+
+def test_a_document_whose_separator_stops_is_read_whole_not_copied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No cut found before the end: the rest is read by iter_document only while small;
+    beyond that the whole document goes to the slow reader (no second copy of a big rest)."""
+    from tasks.baseline import sacct_json_fast
+
+    text = (FIXTURES / "v0.0.40.json").read_text()
+    monkeypatch.setattr(sacct_json_fast, "_TAIL_BYTES", 0)
+    with pytest.raises(sacct_json.Unchunked):
+        list(sacct_json_fast.fast_jobs(text.encode(), {}, lambda tail, top: iter([])))
+    assert sacct_json.convert_sacct_json(text, "x.json") == _slow_conversion(monkeypatch, text)

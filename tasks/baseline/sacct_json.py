@@ -17,11 +17,16 @@ shapes differ (tests/fixtures/sacct_json/README.md has the table and where each 
   for it);
 - a job whose ``time.end`` is 0 or unset is an open record (End ``Unknown``, as ``sacct -P``).
 
-The document is decoded one job at a time (``json.JSONDecoder.raw_decode`` over the text), so
-a million-job document never exists as one Python object tree. A job that cannot be read is
-kept as a row the baseline quarantines, whose JobID names the first field that failed; a
-document from a data_parser version not listed in DATA_PARSERS is read as far as it goes and
-a warning names the version and that field.
+The document is decoded a few jobs at a time, so a million-job document never exists as one
+Python object tree: by orjson, ~16 KiB of jobs a call, where each cut between jobs is proven
+by the chunk parsing (sacct_json_fast.fast_jobs); a document no cut can be proven in, or a
+broken one, is read again by ``json.JSONDecoder.raw_decode`` one job at a time, whose errors
+are the ones shown. Each job's rows come from sacct_json_fast.fast_job_rows where its values
+have the ordinary shapes, else from job_rows, which reads every shape.
+
+A job that cannot be read is kept as a row the baseline quarantines, whose JobID names the
+first field that failed; a document from a data_parser version not listed in DATA_PARSERS is
+read as far as it goes and a warning names the version and that field.
 """
 
 from __future__ import annotations

@@ -1,12 +1,20 @@
-"""The common shapes of a ``sacct --json`` job → ``-P`` rows, with fewer Python calls.
+"""``sacct --json`` read fast: the jobs decoded by orjson in chunks, their common shapes → rows.
 
-``sacct_json.job_rows`` reads every shape of every data_parser version and names the field
-that fails; it costs ~17 µs a job, most of a million-job document's conversion. This module
-reads only the shapes Slurm writes for an ordinary job (a number as an int or a set, finite
-``{set, infinite, number}``; a one-flag state; text as text) and gives the same rows for them;
-on anything else it raises ``NotCommon`` and the caller asks ``job_rows``, whose answer (rows
-or the ``Unreadable`` field) is the one that counts. tests/test_sacct_json.py holds the two
-to the same rows on every fixture version and on shapes each one refuses.
+Both halves are shortcuts that answer only when sure, each behind the slow reading it must
+agree with (tests/test_sacct_json.py holds them to it):
+
+- ``fast_jobs`` cuts the jobs list into ~16 KiB chunks where this document writes its
+  separator between jobs, and proves each cut by orjson parsing the chunk; a document it
+  cannot cut for sure raises ``Unchunked`` and sacct_json.iter_document (the standard
+  library's raw_decode, a job at a time, ~3× slower) reads it from the start.
+- ``fast_job_rows`` reads only the shapes Slurm writes for an ordinary job (a number as an
+  int or a set, finite ``{set, infinite, number}``; a one-flag state; text as text; every
+  key there) with fewer Python calls, and gives sacct_json.job_rows's rows for them; on
+  anything else it raises ``NotCommon`` (or KeyError) and job_rows, whose answer (rows or
+  the ``Unreadable`` field) is the one that counts, reads the job.
+
+Measured on the bench document (v0.0.44, loaded 2-core box): decoding and conversion
+26.8 → 10.7 µs a job.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ _JOBS_KEY = re.compile(rb'"jobs"' + _WS + rb":" + _WS + rb"\[" + _WS)
 _BETWEEN = re.compile(_WS + rb"\}" + _WS + rb"," + _WS + rb"\{" + _WS + rb'"[^"\\]*"')
 CHUNK_BYTES = 16 << 10  # ~15 jobs: decoded and converted while still in the CPU cache
 _TRIES = 8  # candidate cuts per chunk before the whole document is left to the slow reader
+_TAIL_BYTES = 16 << 20  # the last chunk and what follows the list, read by iter_document
 
 
 def fast_jobs(
@@ -73,6 +82,8 @@ def fast_jobs(
             break
         jobs, pos = cut
         yield from jobs
+    if len(data) - pos > _TAIL_BYTES:  # the separator stopped: the slow reader, not a copy
+        raise Unchunked
     try:
         tail = b'{"jobs": [' + data[pos:]
         yield from read_tail(tail.decode(), top)
