@@ -384,3 +384,16 @@ def test_a_document_whose_separator_stops_is_read_whole_not_copied(
     with pytest.raises(sacct_json.Unchunked):
         list(sacct_json_fast.fast_jobs(text.encode(), {}, lambda tail, top: iter([])))
     assert sacct_json.convert_sacct_json(text, "x.json") == _slow_conversion(monkeypatch, text)
+
+
+def test_the_fast_times_are_strftime_s() -> None:
+    import random
+
+    from tasks.baseline import sacct_json_fast
+
+    rng = random.Random(3)
+    epochs = [1, 86_399, 86_400, 951_782_400, 4_102_444_800, 253_402_300_799]
+    epochs += [rng.randrange(1, 253_402_300_799) for _ in range(2000)]
+    for epoch in epochs:
+        assert sacct_json_fast._epoch_text(epoch) == sacct_json.epoch_text(epoch, "t"), epoch
+    assert sacct_json_fast._epoch_text(0) == sacct_json_fast._epoch_text(-5) == "Unknown"

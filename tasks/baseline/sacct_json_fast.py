@@ -176,11 +176,11 @@ def _epoch_text(value: Any) -> str:
     day = epoch // _SECONDS_PER_DAY
     date = _DAY_TEXT.get(day)
     if date is None:
-        date = _DAY_TEXT[day] = time.strftime("%Y-%m-%dT", time.gmtime(day * _SECONDS_PER_DAY))
-        if not _CLOCK:
-            _CLOCK.extend(
+        if not _CLOCK:  # filled whole in one step, before any day is memoised: thread-safe
+            _CLOCK[:] = [
                 f"{s // 3600:02d}:{s // 60 % 60:02d}:{s % 60:02d}" for s in range(_SECONDS_PER_DAY)
-            )
+            ]
+        date = _DAY_TEXT[day] = time.strftime("%Y-%m-%dT", time.gmtime(day * _SECONDS_PER_DAY))
     return date + _CLOCK[epoch % _SECONDS_PER_DAY]
 
 
