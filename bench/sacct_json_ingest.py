@@ -17,7 +17,6 @@ import argparse
 import csv
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -28,12 +27,14 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchlib import self_peak_mib  # noqa: E402
 from synth_sacct import cached_dump  # noqa: E402
 
 CACHE = REPO / ".run" / "bench"
 PLAN = REPO / "plans" / "demo.yaml"
 BENCH_KEY = "bench-only-key-0123456789abcdef!"  # 32 characters, not a secret
 TARGET_RATIO = 2.0
+JSON_GENERATOR = 2  # bumped when write_json changes, so a cached document is not reused
 
 
 def _epoch(text: str) -> int:
@@ -51,11 +52,22 @@ def _tres(text: str) -> list[dict[str, Any]]:
     for item in filter(None, text.split(",")):
         name, _, value = item.partition("=")
         kind, _, sub = name.partition("/")
-        if kind == "mem":
-            value = value.rstrip("M")
+        if kind == "mem":  # JSON counts memory in MiB, -P prints it with a unit
+            value = _mib(value)
         if value.isdigit():
             out.append({"type": kind, "name": sub, "id": 1, "count": int(value)})
     return out
+
+
+_MEM_UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def _mib(text: str) -> str:
+    """A -P memory size ("32G", "500M") as JSON's count of MiB, as text ("" if not one)."""
+    unit = _MEM_UNITS.get(text[-1:])
+    if unit is None or not text[:-1].replace(".", "", 1).isdigit():
+        return text
+    return str(round(float(text[:-1]) * unit))
 
 
 def _limit(text: str) -> dict[str, Any]:
@@ -163,7 +175,7 @@ def child(path: str) -> None:
     t = time.perf_counter()
     result = run_baseline(plan, make_run_context(plan, PLAN), sacct_file=path, use_dask=False)
     secs = time.perf_counter() - t
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = self_peak_mib()
     s = result.summary
     print(
         json.dumps(
@@ -173,6 +185,11 @@ def child(path: str) -> None:
                 "rows_read": s["rows_read"],
                 "quarantined": s["rows_quarantined"],
                 "allocations": sum(s["allocations_by_state"].values()),
+                "allocations_by_state": s["allocations_by_state"],
+                "gpu_hours_by_state": s["gpu_hours_by_state"],
+                "node_hours_by_state": s["node_hours_by_state"],
+                "exposed_gpu_hours": s["exposed_gpu_hours"],
+                "chains": len(s["chains"]),
             }
         )
     )
@@ -200,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         child(args.child)
         return 0
     psv, _ = cached_dump(CACHE, args.rows, args.seed)
-    doc = psv.with_suffix(".v0.0.44.json")
+    doc = psv.with_suffix(f".v0.0.44.g{JSON_GENERATOR}.json")
     if not doc.exists():
         t = time.perf_counter()
         jobs, steps = write_json(psv, doc)
@@ -214,12 +231,35 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['rows_read']:,}  quarantined {r['quarantined']:,}  allocations "
             f"{r['allocations']:,}"
         )
+    problems = disagreements(psv_r, json_r)
+    for problem in problems:
+        print(f"DISAGREE: {problem}")
     ratio = json_r["seconds"] / psv_r["seconds"]
     print(
         f"ratio JSON/-P {ratio:.2f} (target ≤ {TARGET_RATIO}): "
         f"{'met' if ratio <= TARGET_RATIO else 'NOT met'}"
     )
-    return 0
+    if not problems:
+        print("agreement: -P and JSON give the same states, node/GPU-hours, exposure and chains")
+    return 1 if problems else 0
+
+
+def disagreements(psv: dict[str, Any], doc: dict[str, Any]) -> list[str]:
+    """What the two readings of the same jobs count differently (hours to 1e-9 relative)."""
+    problems = [
+        f"{key}: -P {psv[key]!r}, JSON {doc[key]!r}"
+        for key in ("rows_read", "quarantined", "allocations_by_state", "chains")
+        if psv[key] != doc[key]
+    ]
+    for key in ("gpu_hours_by_state", "node_hours_by_state"):
+        for state in sorted(set(psv[key]) | set(doc[key])):
+            a, b = psv[key].get(state), doc[key].get(state)
+            if a is None or b is None or abs(a - b) > 1e-9 * max(abs(a), abs(b), 1.0):
+                problems.append(f"{key}[{state}]: -P {a!r}, JSON {b!r}")
+    a, b = psv["exposed_gpu_hours"], doc["exposed_gpu_hours"]
+    if abs(a - b) > 1e-9 * max(abs(a), abs(b), 1.0):
+        problems.append(f"exposed_gpu_hours: -P {a!r}, JSON {b!r}")
+    return problems
 
 
 if __name__ == "__main__":
