@@ -8,9 +8,19 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
+from tasks.data.plan import load_plan
+from tasks.data.plan_workload import AppCheckpoint
 from tasks.engine.clock import EventRecorder
 from tasks.engine.probes import LogProgressProbe, last_step_before
-from tasks.experiments.recovery_trial import end_torn_line, first_new_step, progress_event
+from tasks.experiments.recovery_trial import (
+    app_resume_step,
+    end_torn_line,
+    first_new_step,
+    progress_event,
+)
 
 STEP_RE = r"^step=(\d+) "
 
@@ -54,3 +64,42 @@ def test_progress_event_interpolates_a_step_read_with_later_ones() -> None:
     assert len(rec.events()) == 3  # a moment to measure from, not a recorded event
     # Before the first event: that event (nothing earlier to interpolate from).
     assert progress_event(rec, "t", "unmanaged", 10).detail["step"] == 40
+
+
+def test_a_checkpoint_the_fault_cut_short_is_not_the_resume_point(tmp_path: Path) -> None:
+    # Slurm's time-limit kill landed while train_digits wrote its step-3500 checkpoint
+    # (ckpt.npz.tmp left behind): the copy resumed from 3450. Counting multiples of
+    # every_steps said 3500 and the trial failed; the "checkpoint step=" lines say 3450.
+    plan = load_plan(Path(__file__).parent.parent / "plans" / "demo.yaml")
+    log = tmp_path / "workload.log"
+    lines = [
+        f"step={s} loss=0.1\n" + (f"checkpoint step={s}\n" if s % 50 == 0 else "")
+        for s in range(3440, 3500)
+    ]
+    log.write_text("".join(lines) + "step=3500 loss=0.1\n")  # killed inside its checkpoint
+    killed_at = log.stat().st_size
+    with open(log, "a") as fh:  # the next attempt, resumed, appends
+        fh.write("resumed step=3450\nstep=3451 loss=0.1\ncheckpoint step=3500\n")
+    step_at_fault = last_step_before(log, killed_at, STEP_RE)
+    assert step_at_fault == 3500
+    assert app_resume_step(plan, step_at_fault, log, killed_at) == 3450
+    app = plan.workload.app_checkpoint
+    assert app is not None and app.written_regex
+    counted = plan.model_copy(
+        update={
+            "workload": plan.workload.model_copy(
+                update={"app_checkpoint": app.model_copy(update={"written_regex": None})}
+            )
+        }
+    )
+    assert app_resume_step(counted, step_at_fault, log, killed_at) == 3500
+    none_yet = tmp_path / "early.log"
+    none_yet.write_text("step=1 loss=0.1\nstep=2 loss=0.1\n")
+    assert app_resume_step(plan, 2, none_yet, none_yet.stat().st_size) == 0
+
+
+def test_written_regex_is_refused_without_a_step_group() -> None:
+    for bad, why in (("^checkpoint", "one capture group"), ("^(unclosed", "does not compile")):
+        with pytest.raises(ValidationError, match=why):
+            AppCheckpoint(every_steps=50, written_regex=bad)
+    assert AppCheckpoint(every_steps=50, written_regex=r"^checkpoint step=(\d+)$").written_regex

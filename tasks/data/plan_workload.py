@@ -173,6 +173,26 @@ class AppCheckpoint(_Strict):
     resume_args: list[str] = Field(
         default_factory=list, description="argv appended to restart from this checkpoint"
     )
+    written_regex: str | None = Field(
+        default=None,
+        description="a log line the application prints once a checkpoint is in place, its "
+        "step in the first group: the step a restart resumes at is the last one before the "
+        "fault; without it, the last multiple of every_steps (a checkpoint the fault cut "
+        "short is then taken as held, and the trial fails saying where the copy resumed)",
+    )
+
+    @field_validator("written_regex")
+    @classmethod
+    def _one_group(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"written_regex does not compile: {exc}") from exc
+        if compiled.groups < 1:
+            raise ValueError("written_regex needs one capture group holding the step number")
+        return value
 
 
 def fidelity_path_problem(path: str) -> str | None:

@@ -131,7 +131,7 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         killed_at = end_torn_line(log)
         step_at_fault = last_step_before(log, killed_at, regex)
         spec, resume_step, recoverable = _recovery_job(
-            setup, row, arm, copy_dir, argv, step_at_fault, launched
+            setup, row, arm, copy_dir, argv, (step_at_fault, killed_at), launched
         )
         new_job = cluster.submit(
             node, arm, spec, name=trial, log=log, gpus=gpus, linked_to=job.job_id
@@ -213,7 +213,7 @@ def _recovery_job(
     arm: str,
     copy_dir: Path,
     argv: list[str],
-    step_at_fault: int | None,
+    at_fault: tuple[int | None, int],  # the step logged by the fault, the log's bytes then
     launched: Event,
 ) -> tuple[dict[str, Any], int | None, Event]:
     """What the recovery job runs, the step it resumes at and the event its recoverable
@@ -238,7 +238,7 @@ def _recovery_job(
     row["recoverable_point"] = kind
     if kind == "start":
         return job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=argv), 0, launched
-    resume_step = app_resume_step(plan, step_at_fault)
+    resume_step = app_resume_step(plan, at_fault[0], log, at_fault[1])
     resume = [*argv, *(app.resume_args if app else [])]
     spec = job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=resume)
     return spec, resume_step, progress_event(rec, trial, arm, resume_step)

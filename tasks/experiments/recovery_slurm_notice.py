@@ -150,7 +150,9 @@ def run_slurm_notice_trial(
         )
         if chosen is None:
             raise TrialFailed(f"the requeued job {job.job_id} never said what it resumed")
-        resume_step, recoverable = _recoverable(setup, row, chosen, step_at_fault, launched)
+        resume_step, recoverable = _recoverable(
+            setup, row, chosen, (step_at_fault, killed_at), launched
+        )
         if chosen.detail["kind"] == "checkpoint":
             restore_attempted(row)
         moments = Moments(
@@ -255,20 +257,20 @@ def _recoverable(
     setup: TrialSetup,
     row: dict[str, Any],
     chosen: Event,
-    step_at_fault: int | None,
+    at_fault: tuple[int | None, int],  # the step logged by the fault, the log's bytes then
     launched: Event,
 ) -> tuple[int, Event]:
     """The step the requeued attempt resumes at and when that state was the workload's."""
     plan, rec, trial, arm = setup.plan, setup.recorder, row["trial_id"], row["arm"]
     kind = chosen.detail["kind"]
     row["recoverable_point"] = kind
+    log = run_folder(setup.ctx) / f"{trial}-{arm}" / "workload.log"
     if kind == "checkpoint":
         held = int(chosen.detail.get("held_log_bytes") or 0)
-        log = run_folder(setup.ctx) / f"{trial}-{arm}" / "workload.log"
         step = last_step_before(log, held, plan.workload.progress_probe.log_regex) or 0
         return step, checkpoint_started(rec, trial, int(chosen.detail["index"]))
     if kind == "app_checkpoint":
-        step = app_resume_step(plan, step_at_fault)
+        step = app_resume_step(plan, at_fault[0], log, at_fault[1])
         return step, progress_event(rec, trial, arm, step)
     return 0, launched
 

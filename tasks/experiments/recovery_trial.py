@@ -170,10 +170,15 @@ def app_checkpoint(plan: Plan, copy_dir: Path) -> Path | None:
     return Path(app.path.replace("{copy_dir}", str(copy_dir))) if app and app.path else None
 
 
-def app_resume_step(plan: Plan, step_at_fault: int | None) -> int:
-    """The step the application's own last checkpoint holds (it writes every N steps)."""
+def app_resume_step(plan: Plan, step_at_fault: int | None, log: Path, log_bytes: int) -> int:
+    """The step the application's own last complete checkpoint holds: with the plan's
+    ``written_regex``, the last line before the fault (the log's first ``log_bytes``) saying
+    one was in place, so a checkpoint the fault cut short holds nothing; without it, the
+    last multiple of ``every_steps`` at or before the step at fault."""
     app = plan.workload.app_checkpoint
     assert app is not None
+    if app.written_regex:
+        return last_step_before(log, log_bytes, app.written_regex) or 0
     return (step_at_fault or 0) // app.every_steps * app.every_steps
 
 
