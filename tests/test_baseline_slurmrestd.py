@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -82,9 +83,11 @@ def test_slurmrestd_baseline_equals_live_sacct_and_keeps_the_token_out(
     rest, cli, write_plan, prefect_stack, tmp_path: Path, caplog
 ) -> None:
     url, env = rest
-    ids = _submit_mix(env)
     token = slurm_cluster.jwt_token(env)
-    _save_secret(prefect_stack.api_url, SECRET, token)
+    with ThreadPoolExecutor(1) as pool:  # the secret is saved while the jobs run
+        saved = pool.submit(_save_secret, prefect_stack.api_url, SECRET, token)
+        ids = _submit_mix(env)
+        saved.result()
     source = {"kind": "slurmrestd", "url": url, "token_secret": SECRET, "user": "nobody"}
     rest_plan = write_plan({"baseline.source": source, "baseline.days": 1}, "rest.yaml")
     live = {"kind": "sacct-live"}
@@ -93,9 +96,12 @@ def test_slurmrestd_baseline_equals_live_sacct_and_keeps_the_token_out(
         "live.yaml",
     )
     slurm = {"SLURM_CONF": env["SLURM_CONF"]}
-    by_rest = cli("baseline", str(rest_plan), "--json", env=slurm)
+    # The two reads side by side: each its own command, plan and data folder.
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(cli, "baseline", str(live_plan), "--live", "--json", env=slurm)
+        by_rest = cli("baseline", str(rest_plan), "--json", env=slurm)
+        by_sacct = pending.result()
     assert by_rest.returncode == 0, by_rest.stderr[-3000:]
-    by_sacct = cli("baseline", str(live_plan), "--live", "--json", env=slurm)
     assert by_sacct.returncode == 0, by_sacct.stderr[-3000:]
     got, want = json.loads(by_rest.stdout), json.loads(by_sacct.stdout)
 

@@ -191,10 +191,19 @@ def test_poc_demo_runs_the_whole_poc_to_its_decision_record(
 ) -> None:
     """`prefect deployment run 'poc/demo' --watch`: every stage as a subflow, the short
     window, the way out and the decision record, from a worker with a plain shell's
-    environment. A few minutes: the demo's own stages, one node to snapshot."""
+    environment. A few minutes: the demo's own stages, cut to what shows the deployment path
+    (what each stage measures is tested on its own): one node to snapshot, one fault, the
+    range over the demo workload alone, and that workload cut to 200 steps (the overhead
+    stage's twelve runs were most of the time; recovery's fault comes at step 130)."""
     plan = yaml.safe_load(tmp_plan.read_text())
     plan["cluster"]["nodes"] = plan["cluster"]["nodes"][:1]
     plan["faults"] = [{"kind": "sigkill"}]
+    command = plan["workload"]["command"]
+    command[command.index("--steps") + 1] = "200"
+    plan["workload"]["fidelity"]["files"][0]["numbers"]["regex"] = (
+        r"^step=200 loss=(?P<final_loss>\S+)$"
+    )
+    plan["workloads"] = [plan["workload"]]
     tmp_plan.write_text(yaml.safe_dump(plan, sort_keys=False))
     run_id, proc = stack.run_deployment(
         "poc/demo", {"plan_path": str(tmp_plan), "short_window": True}, timeout=540

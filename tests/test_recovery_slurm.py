@@ -6,7 +6,8 @@ reach; after the fault a restore job — a new job id, linked to the interrupted
 brings it back. The unmanaged copy is resubmitted, resuming its own checkpoint.
 
 The cluster is the session's (tests/conftest.py: slurm_env), handed over with no job left.
-About six minutes on two cores (a time limit takes 90 s a trial).
+About five minutes on two cores (a time limit takes 90 s a trial; the faults that leave the
+node up run side by side).
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from tasks.data.datasets import TRIALS
@@ -25,7 +28,7 @@ from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset
 from tasks.engine.clusters.slurm import SlurmCluster, SlurmJob
 from tasks.experiments.checkpoints import checkpoint_rows
-from tasks.experiments.recovery import run_recovery, write_and_gate
+from tasks.experiments.recovery import RecoveryRun, run_recovery, write_and_gate
 from tests import slurm_cluster
 from tests.conftest import REPO
 
@@ -70,16 +73,34 @@ def slurm_plan(tmp_path: Path, faults: list[Fault], repeats: int) -> Plan:
     )
 
 
-def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path) -> None:
-    plan = slurm_plan(
-        tmp_path, [Fault(kind="scancel"), Fault(kind="node-down"), Fault(kind="kill-step")], 3
+def _recover(plan: Plan, fault: Fault) -> tuple[RecoveryRun, pd.DataFrame]:
+    """The plan's trials of one fault as one recovery run in a data folder of its own,
+    written and gated; the run and the trials it wrote."""
+    plan = plan.model_copy(
+        update={"faults": [fault], "data_dir": str(Path(plan.data_dir) / fault.kind)}
     )
     with open_run(plan, REPO / "plans" / "demo.yaml", "recovery") as ctx:
         run = run_recovery(plan, ctx, timeout_s=60)
         trials = run.trials
         assert (trials["status"] == "ok").all(), trials[["trial_id", "arm", "reason"]].to_string()
         write_and_gate(run, plan, ctx)  # every comparability gate passes
-    written = read_dataset(TRIALS, data_dir=plan.data_dir, poc=plan.poc)
+    return run, read_dataset(TRIALS, data_dir=plan.data_dir, poc=plan.poc)
+
+
+def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path) -> None:
+    """scancel and kill-step run side by side, each its own run (a copy holds one of the
+    node's two GPUs, its recovery job starts once it is gone); node-down after them, alone
+    (downing the node ends every job on it)."""
+    plan = slurm_plan(
+        tmp_path, [Fault(kind="scancel"), Fault(kind="node-down"), Fault(kind="kill-step")], 3
+    )
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_recover, plan, plan.faults[0])
+        done = [_recover(plan, plan.faults[2]), pending.result()]
+    done.append(_recover(plan, plan.faults[1]))
+    trials = pd.concat([run.trials for run, _ in done], ignore_index=True)
+    events = [e for run, _ in done for e in run.events]
+    written = pd.concat([w for _, w in done], ignore_index=True)
     assert (written["measure"] == "recovery").sum() == 3 * 3 * 2
     # The dumps the in-job wrapper took are checkpoint rows too.
     assert (written["measure"] == "checkpoint").sum() > 0
@@ -97,7 +118,7 @@ def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path)
     # GPUs from the allocation (the cluster's fake gres), not the plan.
     assert set(trials["gpus_from"]) == {"allocation"} and set(trials["gpus"]) == {1}
     # Every trial's events are complete, the restore's from inside the job included.
-    names = {(e.trial_id, e.arm, e.event) for e in run.events}
+    names = {(e.trial_id, e.arm, e.event) for e in events}
     for t, a in zip(trials["trial_id"], trials["arm"], strict=True):
         for event in ("fault_injected", "detected", "started", "restored", "serving_again"):
             assert (t, a, event) in names, (t, a, event)

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import subprocess
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,13 @@ EXPOSED = {"FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT
 
 
 @pytest.fixture(scope="session")
-def job_mix(pristine_slurm_env: dict[str, str]) -> list[dict]:
-    return slurm_cluster.submit_job_mix(pristine_slurm_env)
+def job_mix(pristine_slurm_env: dict[str, str], request: pytest.FixtureRequest) -> list[dict]:
+    """The mix takes 60-90 s, most of it waiting for its TIMEOUT job's limit to lapse: the
+    session's Prefect server (the live baseline's `cli` needs it) starts in that time."""
+    with ThreadPoolExecutor(1) as pool:
+        mix = pool.submit(slurm_cluster.submit_job_mix, pristine_slurm_env)
+        request.getfixturevalue("prefect_stack")
+        return mix.result()
 
 
 @pytest.fixture
