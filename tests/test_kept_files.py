@@ -9,6 +9,8 @@ shows CRIU's own refusal, so the first one cannot pass without it.
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
 import time
@@ -117,3 +119,21 @@ def test_a_dump_that_ends_the_workload_keeps_no_files(setup) -> None:
     point = criu.dump(proc, leave_running=False)  # nothing grows after it: nothing to keep
     assert point.kept_bytes == 0 and open_files.read_manifest(point.path) is None
     assert cluster.wait_gone(proc)
+
+
+def test_a_kept_file_whose_folder_is_gone_is_put_back_with_its_folder(tmp_path: Path) -> None:
+    # Open MPI removes its session directory (ompi.*/pid.*/pmix_dstor_*/smlockseg-*) when
+    # the ranks die, at times before the restore runs: CI saw "put back kept files: [Errno 2]".
+    session = tmp_path / "ompi.vm.0" / "pid.2" / "pmix_dstor_ds21_2"
+    session.mkdir(parents=True)
+    segment = session / "smlockseg-1828454401"
+    segment.write_bytes(b"lock state at the dump")
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / open_files.KEPT).mkdir()
+    (checkpoint / open_files.KEPT / "0001").write_bytes(segment.read_bytes())
+    manifest = {"files": [{"path": str(segment), "size": 22, "copy": "0001"}], "bytes": 22}
+    (checkpoint / open_files.KEPT / open_files.MANIFEST).write_text(json.dumps(manifest))
+    shutil.rmtree(tmp_path / "ompi.vm.0")
+    assert open_files.put_back(checkpoint) == (1, 22)
+    assert segment.read_bytes() == b"lock state at the dump"

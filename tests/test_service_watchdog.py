@@ -19,7 +19,7 @@ from prefect_server import alive, processes_with_home
 from tests.conftest import REPO
 
 INNER = "CKPT_POC_WATCHDOG_INNER"  # set only for the session this test starts and kills
-SLURM_DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
+SLURM_DAEMONS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "slurmrestd")
 
 
 @pytest.mark.skipif(INNER not in os.environ, reason="the session test_a_killed_run_… kills")
@@ -56,7 +56,7 @@ def test_a_killed_run_leaves_no_service_running(tmp_path: Path) -> None:
         **os.environ,
         INNER: str(where),
         # Apart from this session's own cluster, which may be up.
-        "CKPT_POC_TEST_SLURM_PORTS": "23336,26847,26848,26849",
+        "CKPT_POC_TEST_SLURM_PORTS": "23336,26847,26848,26849,26850",
     }
     log = tmp_path / "inner.log"
     out = open(log, "wb")  # noqa: SIM115 (closed below; a pipe could fill and stall it)

@@ -205,7 +205,39 @@ def _state(value: Any) -> str:
     raise NotCommon  # several flags: job_rows applies Slurm's order of precedence
 
 
+def _key(value: Any) -> bytes:
+    """A value's JSON, to memoise its text by; one orjson cannot write (an int past 64 bits,
+    read by the standard library) is for job_rows."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        raise NotCommon from None
+
+
+def _memo(table: dict[bytes, Any], key: bytes, value: Any) -> Any:
+    """Remember ``value`` for ``key`` (a value's JSON); the table is emptied when full, so
+    a history of unique values cannot grow it."""
+    if len(table) >= _MEMO_MAX:
+        table.clear()
+    table[key] = value
+    return value
+
+
+_MEMO_MAX = 1 << 16
+# A value's JSON (one C call) → its text, for the fields a site repeats: most jobs share a
+# few exit codes, TRES lists and (outside arrays and het jobs) the same empty array/het.
+_EXIT_TEXT: dict[bytes, str] = {}
+_TRES_TEXT: dict[bytes, str] = {}
+_SHOWN_ID: dict[bytes, str | None] = {}  # None: the job's own id
+
+
 def _exit(value: Any) -> str:
+    key = _key(value)
+    text = _EXIT_TEXT.get(key)
+    return text if text is not None else _memo(_EXIT_TEXT, key, _exit_text(value))
+
+
+def _exit_text(value: Any) -> str:
     if type(value) is not dict:
         raise NotCommon  # null is "0:0" to job_rows; rare enough to leave it there
     signal = value.get("signal") or {}
@@ -217,12 +249,19 @@ def _exit(value: Any) -> str:
 
 def _tres(holder: Any) -> str:
     """``tres.allocated`` of a job or step → ``type[/name]=count,…``, untracked counts
-    (null to v0.0.38, a negative sentinel from v0.0.39) dropped."""
+    (null to v0.0.38, a negative sentinel from v0.0.39) dropped. Memoised by the list's
+    JSON (one C call, a third of converting it in Python)."""
     if type(holder) is not dict:
         raise NotCommon
     entries = holder.get("allocated")
     if type(entries) is not list:
         raise NotCommon
+    key = _key(entries)
+    text = _TRES_TEXT.get(key)
+    return text if text is not None else _memo(_TRES_TEXT, key, _tres_text(entries))
+
+
+def _tres_text(entries: list[Any]) -> str:
     items = []
     for entry in entries:
         if type(entry) is not dict:
@@ -253,6 +292,16 @@ def _time_limit(value: Any) -> str:
 
 
 def _shown_id(array: Any, het: Any, job_id: str) -> str:
+    key = _key((array, het))
+    if key in _SHOWN_ID:
+        shown = _SHOWN_ID[key]
+    else:
+        shown = _memo(_SHOWN_ID, key, _array_or_het_id(array, het))
+    return job_id if shown is None else shown
+
+
+def _array_or_het_id(array: Any, het: Any) -> str | None:
+    """``123_4`` or ``123+0``; None for a job in neither."""
     if type(array) is not dict or type(het) is not dict:
         raise NotCommon
     array_job = _number(array.get("job_id"))
@@ -263,7 +312,7 @@ def _shown_id(array: Any, het: Any, job_id: str) -> str:
         return f"{array_job}_{task}"
     if het_job and offset is not None:
         return f"{het_job}+{offset}"
-    return job_id
+    return None
 
 
 def fast_job_rows(job: Any) -> list[str]:

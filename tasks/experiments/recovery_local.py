@@ -106,16 +106,10 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
                 rec, trial, app_checkpoint(plan, copy_dir), app.resume_args if app else []
             )
             kind = arm_ckpt.recoverable_point().kind
-            resume_step = (
-                app_resume_step(plan, step_at_fault, proc.log, killed_at)
-                if kind == "app_checkpoint"
-                else 0
-            )
-            recoverable = (
-                progress_event(rec, trial, arm, resume_step)
-                if kind == "app_checkpoint"
-                else launched
-            )
+            resume_step, recoverable = 0, launched
+            if kind == "app_checkpoint":
+                resume_step = app_resume_step(plan, step_at_fault, proc.log, killed_at)
+                recoverable = progress_event(rec, trial, arm, resume_step)
             row["recoverable_point"] = kind
             new = arm_ckpt.restart(cluster, slot, argv, tag=trial)
             restored = rec.record(trial, arm, "restored", pid=new.pid)  # the fresh process

@@ -184,6 +184,10 @@ def put_back(checkpoint: Path) -> tuple[int, int]:
         if "copy" not in entry:
             continue  # skipped at the dump: CRIU's restore will say if it has grown
         source, target = checkpoint / KEPT / entry["copy"], Path(entry["path"])
+        if not target.exists():
+            # Its folder may have gone too: Open MPI removes its session directory (pmix_dstor
+            # lock segments) once the job's ranks die, sometimes before the restore begins.
+            target.parent.mkdir(parents=True, exist_ok=True)
         with open(source, "rb") as src, open(target, "r+b" if target.exists() else "wb") as dst:
             shutil.copyfileobj(src, dst)
             dst.truncate()
