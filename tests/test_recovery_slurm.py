@@ -26,9 +26,12 @@ from tasks.data.errors import BlastRadiusError
 from tasks.data.plan import Fault, Plan, load_plan
 from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset
+from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.slurm import SlurmCluster, SlurmJob
 from tasks.experiments.checkpoints import checkpoint_rows
-from tasks.experiments.recovery import RecoveryRun, run_recovery, write_and_gate
+from tasks.experiments.recovery import RecoveryRun, make_cluster, run_recovery, write_and_gate
+from tasks.experiments.recovery_slurm_notice import SLURM_TRIALS
+from tasks.experiments.recovery_trial import TrialSetup
 from tests import slurm_cluster
 from tests.conftest import REPO
 
@@ -137,39 +140,55 @@ def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path)
         assert comment == f"ckpt-poc {row.arm} recovers {row.job_id}"
 
 
+def _time_limit_trial(plan: Plan, arm: str, folder: Path) -> tuple[dict, list[Event]]:
+    """One arm's time-limit trial as a run of its own (run_recovery runs the arms in turn):
+    its row and its events."""
+    plan = plan.model_copy(update={"data_dir": str(folder / "data")})
+    ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
+    setup = TrialSetup(plan, ctx, make_cluster(plan, ctx), EventRecorder(ctx), 50, 60)
+    try:
+        row = SLURM_TRIALS.run_trial(setup, plan.faults[0], arm, 0)
+    finally:
+        setup.cluster.stop_all()
+        setup.recorder.flush()
+    return row, setup.recorder.events(arm=arm)
+
+
 def test_a_time_limit_reached_recovers(slurm_env, tmp_path: Path) -> None:
     """Slurm itself delivers this fault, at its next limit check after the (cut) limit
-    lapses: about 90 s per trial, so one repeat."""
+    lapses: about 90 s per trial, so one repeat, the two arms side by side (each copy holds
+    one of the node's two GPUs)."""
     plan = slurm_plan(tmp_path, [Fault(kind="time-limit")], 1)
     command = list(plan.workload.command or [])
     command[command.index("--steps") + 1] = "6000"  # outlives the one-minute limit
     plan = plan.model_copy(
         update={"workload": plan.workload.model_copy(update={"command": command})}
     )
-    run = run_recovery(
-        plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), timeout_s=60, fault_step=50
-    )
-    trials = run.trials
-    assert (trials["status"] == "ok").all(), trials[["arm", "reason"]].to_string()
-    assert set(trials["fault_outcome"]) == {"TIMEOUT"}
-    # `fault_injected` is when Slurm's SIGTERM landed, after the limit lapsed.
-    for arm in ("unmanaged", "managed"):
-        lapsed = next(e for e in run.events if e.arm == arm and e.event == "time_limit_lapsed")
-        fault = next(e for e in run.events if e.arm == arm and e.event == "fault_injected")
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(_time_limit_trial, plan, "managed", tmp_path / "managed")
+        unmanaged = _time_limit_trial(plan, "unmanaged", tmp_path / "unmanaged")
+        managed = pending.result()
+    trials = {"unmanaged": unmanaged[0], "managed": managed[0]}
+    events = {"unmanaged": unmanaged[1], "managed": managed[1]}
+    for arm, row in trials.items():
+        assert row["status"] == "ok", (arm, row.get("reason"))
+        assert row["fault_outcome"] == "TIMEOUT", (arm, row["fault_outcome"])
+        assert row["work_lost_s"] >= 0
+        # `fault_injected` is when Slurm's SIGTERM landed, after the limit lapsed.
+        lapsed = next(e for e in events[arm] if e.event == "time_limit_lapsed")
+        fault = next(e for e in events[arm] if e.event == "fault_injected")
         assert fault.detail["as_observed_by"] == "signalled"
         assert fault.t_mono_ns >= lapsed.t_mono_ns
-    assert (trials["work_lost_s"] >= 0).all()
     # Slurm picks the moment, not the test: each arm loses at most what its own recoverable
     # point's period allows (which of the two loses less that one time is chance).
-    recovery = trials.set_index("arm")
     assert plan.workload.app_checkpoint is not None
-    assert recovery.loc["unmanaged", "steps_lost"] <= plan.workload.app_checkpoint.every_steps
-    dumps = checkpoint_rows(run.events, plan, plan.cluster.nodes[0])
+    assert trials["unmanaged"]["steps_lost"] <= plan.workload.app_checkpoint.every_steps
+    dumps = checkpoint_rows(events["managed"], plan, plan.cluster.nodes[0])
     dumps = dumps[dumps["status"] == "ok"]
     assert len(dumps) > 0
     period_s = plan.checkpointer.interval_s + 2 * float(dumps["dump_s"].max())
-    assert recovery.loc["managed", "work_lost_s"] <= period_s + 0.5, (
-        recovery.loc["managed", "work_lost_s"],
+    assert trials["managed"]["work_lost_s"] <= period_s + 0.5, (
+        trials["managed"]["work_lost_s"],
         period_s,
     )
 
