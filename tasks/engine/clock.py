@@ -56,6 +56,10 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # events out of order across 4 recording threads).
 _PAIR_SLACK_NS = 20_000
 _PAIR_TRIES = 8
+# How long a recorder keeps one wall-minus-monotonic offset: within it, its events' wall order
+# is their monotonic order; refreshed, it follows the wall clock's slewing (NTP: at most
+# 0.5 ms a second, so at most 30 ms apart from a fresh read).
+OFFSET_REFRESH_NS = 60 * 1_000_000_000
 
 
 def now() -> tuple[dt.datetime, int]:
@@ -225,6 +229,8 @@ class EventRecorder:
         self._imported: dict[Path, int] = {}  # bytes of each JSON-lines file taken in
         self._lock = threading.Lock()
         self._flushed = 0
+        # (wall - monotonic ns, when read): one tuple, so a thread sees both of one read
+        self._offset = (0, -OFFSET_REFRESH_NS)
 
     @property
     def journal(self) -> Path | None:
@@ -244,16 +250,22 @@ class EventRecorder:
             self._journal.flush()
 
     def record(self, trial_id: str, arm: str, event: str, **detail: Any) -> Event:
-        wall, mono = now()
-        return self._keep(Event(trial_id, arm, event, wall, mono, self._host, detail))
+        return self.record_at(trial_id, arm, event, time.monotonic_ns(), **detail)
 
     def record_at(
         self, trial_id: str, arm: str, event: str, t_mono_ns: int, **detail: Any
     ) -> Event:
-        """Record an event that happened at ``t_mono_ns`` (in the past: a log line timed by
-        its write); its wall time is now's, moved back by as much."""
-        wall_ns, mono_ns = clock_pair_ns()
-        wall = wall_at(wall_ns - (mono_ns - t_mono_ns))  # in ns, floored like now()'s
+        """Record an event that happened at ``t_mono_ns`` (now, or in the past: a log line
+        timed by its write). Its wall time is the monotonic one plus one wall-minus-monotonic
+        offset, read afresh at most every OFFSET_REFRESH_NS: every event of the recorder is
+        then in the same order on both clocks. (Two independent reads of the pair differ by
+        their jitter, and two copies' progress lines timed by the same coarse mtime fall
+        ~100 ns apart: ordered by wall they came out of monotonic order.)"""
+        offset = self._offset
+        if t_mono_ns - offset[1] > OFFSET_REFRESH_NS:
+            wall_ns, mono_ns = clock_pair_ns()
+            offset = self._offset = (wall_ns - mono_ns, mono_ns)
+        wall = wall_at(t_mono_ns + offset[0])
         return self._keep(Event(trial_id, arm, event, wall, t_mono_ns, self._host, detail))
 
     def _keep(self, ev: Event) -> Event:
