@@ -62,12 +62,6 @@ _PAIR_TRIES = 8
 OFFSET_REFRESH_NS = 60 * 1_000_000_000
 
 
-def now() -> tuple[dt.datetime, int]:
-    """(UTC wall time, monotonic ns), read together (``clock_pair_ns``)."""
-    wall_ns, mono_ns = clock_pair_ns()
-    return wall_at(wall_ns), mono_ns
-
-
 def clock_pair_ns() -> tuple[int, int]:
     """(wall ns, monotonic ns) read together: the wall clock between two monotonic reads,
     read again while something ran between them; the monotonic time is their middle."""
