@@ -32,6 +32,7 @@ from tasks.baseline.exposure import (
 )
 from tasks.baseline.source_slurmrestd import RestClient, read_slurmrestd
 from tasks.baseline.time_formats import file_anchor
+from tasks.data.arrow_memory import system_allocator
 from tasks.data.datasets import DATASETS, EXPOSURE, JOBS, QUARANTINE
 from tasks.data.errors import AccountingError
 from tasks.data.gates import (
@@ -367,7 +368,8 @@ def run_baseline(
     else:
         anchor = file_anchor(source) if Path(source).is_file() else None
     reading = _Reading(delimiter, sacct_format, anchor)
-    with stream, warmed():  # GX imports in its worker while the dump is parsed
+    # GX imports in its worker while the dump is parsed.
+    with stream, warmed(), system_allocator():
         if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:
             result = _run_dask(stream, source, pseudonymiser, plan, ctx, reading)
         else:
