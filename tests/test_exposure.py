@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.baseline.exposure import compute_exposure, find_chains
+from tasks.baseline.exposure import _dense, compute_exposure, find_chains
 
 
 def job(
@@ -108,3 +109,32 @@ def test_submitted_before_the_failure_ended_is_not_a_resubmission() -> None:
         job("2", "COMPLETED", "2026-01-01 01:00", "2026-01-01 02:00"),
     )
     assert find_chains(jobs)[0] == []
+
+
+@pytest.mark.parametrize("high", [50, 1 << 40])
+def test_dense_codes_are_numpys_unique(high: int) -> None:
+    """rank_candidates' count-based unique agrees with np.unique, below and above the range
+    where it counts (above it sorts, as np.unique does)."""
+    codes = np.random.default_rng(3).integers(0, high, 10_000)
+    keys, inverse = _dense(codes)
+    want_keys, want_inverse = np.unique(codes, return_inverse=True)
+    assert keys.tolist() == want_keys.tolist()
+    assert inverse.tolist() == want_inverse.tolist()
+    assert _dense(np.array([], dtype=np.int64))[0].size == 0
+
+
+def test_chains_per_workload_count_distinct_chains() -> None:
+    """Two chains of one workload (account, job name) count two, one chain of two jobs one;
+    another workload's chain counts for it alone."""
+    jobs = frame(
+        job("1", "FAILED", "2025-01-01 00:00", "2025-01-01 01:00"),
+        job("2", "COMPLETED", "2025-01-01 02:00", "2025-01-01 03:00"),
+        job("3", "TIMEOUT", "2025-01-05 00:00", "2025-01-05 01:00"),
+        job("4", "COMPLETED", "2025-01-05 02:00", "2025-01-05 03:00"),
+        job("5", "FAILED", "2025-01-01 00:00", "2025-01-01 01:00", name="m"),
+        job("6", "FAILED", "2025-01-01 02:00", "2025-01-01 03:00", name="m"),
+    )
+    exp = compute_exposure(jobs)
+    assert sorted(exp.chains) == [["1", "2"], ["3", "4"], ["5", "6"]]
+    chains = dict(zip(exp.candidates["workload"], exp.candidates["chains"], strict=True))
+    assert chains == {"a/n": 2, "a/m": 1}
