@@ -247,7 +247,7 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     clock.wrap(tb, "write_dataset", "write_dataset (jobs, quarantine, exposure)")
     clock.wrap(td, "conform", "  . conform (cast to the declared schema)")
     clock.wrap(td, "arrow_week_labels", "  . arrow_week_labels")
-    clock.wrap(td, "_atomic_write", "  . _atomic_write (parquet zstd + fsync)")
+    clock.wrap(td, "_write_temp", "  . _write_temp (parquet zstd + fsync; jobs beside the gates)")
 
     profiler = None
     if profile:

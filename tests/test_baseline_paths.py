@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tasks.baseline.run import run_baseline
+from tasks.data.errors import GateFailed
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
 from tests.conftest import HEADER, REPO
@@ -79,3 +80,24 @@ def test_an_empty_history_is_refused_by_the_gate(tmp_path: Path) -> None:
             plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), sacct_file=str(dump)
         )
     assert not list((tmp_path / "data").rglob("jobs/*/*.parquet"))
+
+
+def test_a_failed_gate_leaves_no_jobs_file_nor_temp_file(tmp_path: Path) -> None:
+    """The jobs are written under temp names while the gates run: a gate that fails (here
+    the quarantined share, 60 % of the rows having no valid start) leaves neither them nor
+    a published file behind."""
+    dump = tmp_path / "mostly-bad.psv"
+    _history(dump, n=500)
+    lines = dump.read_text().splitlines()
+    lines[1:301] = [line.replace("|2026-10-", "|20X6-10-", 2) for line in lines[1:301]]
+    dump.write_text("\n".join(lines) + "\n")
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
+    )
+    with pytest.raises(GateFailed, match="quarantined_share"):
+        run_baseline(
+            plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), sacct_file=str(dump)
+        )
+    data = tmp_path / "data"
+    assert not list(data.rglob("jobs/*/*.parquet")), "no jobs file published"
+    assert not [p.name for p in data.rglob("*") if p.name.endswith(".tmp")], "no temp file"

@@ -36,7 +36,7 @@ COMMITS = "_commits"
 LIVE = "_live"
 # <run_id>.parquet or <run_id>-partNNNNN.parquet (tasks.data.store.write_dataset)
 _RUN_FILE = re.compile(r"^(?P<run_id>.+?)(?:-part\d{5})?\.parquet$")
-_TMP_FILE = re.compile(r"^\..+\.tmp$")  # tasks.data.store._atomic_write's temp files
+_TMP_FILE = re.compile(r"^\..+\.tmp$")  # tasks.data.store._write_temp's temp files
 
 
 def poc_dir(data_dir: str | Path, poc: str) -> Path:

@@ -63,7 +63,9 @@ def _is_dict_of_strings(t: pa.DataType) -> bool:
     return pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)
 
 
-def _atomic_write(table: pa.Table, target: Path, metadata: Mapping[str, str]) -> None:
+def _write_temp(table: pa.Table, target: Path, metadata: Mapping[str, str]) -> Path:
+    """The file written and fsynced under a temp name beside ``target``; renamed by
+    _publish (a reader sees the whole file or none)."""
     if target.exists():
         raise DatasetError(f"{target} exists: datasets are append-only, never rewritten")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -83,9 +85,82 @@ def _atomic_write(table: pa.Table, target: Path, metadata: Mapping[str, str]) ->
         )
         with open(tmp, "rb") as fh:
             os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    finally:
+    except BaseException:
         tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _publish(tmp: Path, target: Path) -> None:
+    if target.exists():
+        tmp.unlink(missing_ok=True)
+        raise DatasetError(f"{target} exists: datasets are append-only, never rewritten")
+    os.replace(tmp, target)
+
+
+class StagedWrite:
+    """One run's files of a dataset being written by background threads under temp names,
+    while the caller goes on (the baseline runs its gates meanwhile); ``publish`` renames them
+    into place once the caller decides they count, ``discard`` removes them."""
+
+    def __init__(self, tables: dict[Path, pa.Table], metadata: Mapping[str, str]) -> None:
+        self.targets = list(tables)
+        # Parquet encoding and compression release the GIL: the week files are written at once.
+        self._pool = ThreadPoolExecutor(max_workers=max(1, min(len(tables), os.cpu_count() or 1)))
+        self._futures = [
+            self._pool.submit(_write_temp, rows, target, metadata)
+            for target, rows in tables.items()
+        ]
+
+    def _written(self) -> tuple[list[Path], BaseException | None]:
+        """Waits for every file; the temp files written, and the first error if any."""
+        tmps: list[Path] = []
+        error: BaseException | None = None
+        for future in self._futures:
+            try:
+                tmps.append(future.result())
+            except BaseException as exc:  # every write is waited for before any error is raised
+                error = error or exc
+        self._pool.shutdown()
+        return tmps, error
+
+    def publish(self) -> list[Path]:
+        tmps, error = self._written()
+        if error is not None:
+            for tmp in tmps:
+                tmp.unlink(missing_ok=True)
+            raise error
+        for tmp, target in zip(tmps, self.targets, strict=True):
+            _publish(tmp, target)
+        return self.targets
+
+    def discard(self) -> None:
+        for tmp in self._written()[0]:
+            tmp.unlink(missing_ok=True)
+
+
+def stage_dataset(
+    table: pa.Table | pd.DataFrame,
+    spec: DatasetSpec,
+    *,
+    data_dir: str | Path,
+    poc: str,
+    run_id: str,
+    part: int | None = None,
+    metadata: Mapping[str, str] | None = None,
+) -> StagedWrite:
+    """Start writing one run's rows, one file per ISO week partition (see write_dataset);
+    nothing is visible until the StagedWrite is published."""
+    table = conform(table, spec)
+    meta = {"ckpt_poc.run_id": run_id, **(metadata or {})}
+    if table.num_rows == 0:
+        return StagedWrite({}, meta)
+    base = dataset_dir(data_dir, poc, spec)
+    name = f"{run_id}.parquet" if part is None else f"{run_id}-part{part:05d}.parquet"
+    weeks = _by_week(table, arrow_week_labels(table.column(spec.week_from)))
+    return StagedWrite(
+        {base / f"{WEEK_PARTITION}={label}" / name: rows for label, rows in weeks.items()}, meta
+    )
 
 
 def write_dataset(
@@ -99,18 +174,9 @@ def write_dataset(
     metadata: Mapping[str, str] | None = None,
 ) -> list[Path]:
     """Write one run's rows: one file per ISO week partition, atomically, never overwriting."""
-    table = conform(table, spec)
-    if table.num_rows == 0:
-        return []
-    meta = {"ckpt_poc.run_id": run_id, **(metadata or {})}
-    base = dataset_dir(data_dir, poc, spec)
-    name = f"{run_id}.parquet" if part is None else f"{run_id}-part{part:05d}.parquet"
-    weeks = _by_week(table, arrow_week_labels(table.column(spec.week_from)))
-    targets = [base / f"{WEEK_PARTITION}={label}" / name for label in weeks]
-    # Parquet encoding and compression release the GIL: the week files are written at once.
-    with ThreadPoolExecutor(max_workers=min(len(targets), os.cpu_count() or 1)) as pool:
-        list(pool.map(lambda t, rows: _atomic_write(rows, t, meta), targets, weeks.values()))
-    return targets
+    return stage_dataset(
+        table, spec, data_dir=data_dir, poc=poc, run_id=run_id, part=part, metadata=metadata
+    ).publish()
 
 
 def _by_week(table: pa.Table, labels: pa.Array) -> dict[str, pa.Table]:
