@@ -153,6 +153,17 @@ def test_blocks_boundaries_do_not_change_the_result() -> None:
     assert [q.source_line for q in q1] == [q.source_line for q in q2] == [302]
 
 
+def test_blocks_parsed_side_by_side_come_out_in_input_order(monkeypatch) -> None:
+    """Blocks parsed three at a time give the rows, lines and quarantine of one at a time."""
+    text = HEADER + "\n" + "\n".join(ROWS * 50) + "\nbroken\n" + "\n".join(ROWS * 50) + "\n"
+    monkeypatch.setattr(acct, "PARSE_THREADS", 1)
+    alone, q1, r1 = parse(text, block_bytes=700)
+    monkeypatch.setattr(acct, "PARSE_THREADS", 3)
+    side, q2, r2 = parse(text, block_bytes=700)
+    assert side.equals(alone) and r1 == r2
+    assert [(q.source_line, q.reason) for q in q2] == [(q.source_line, q.reason) for q in q1]
+
+
 def test_tres_gpu_counting() -> None:
     assert fields.parse_tres("gres/gpu:a100=4,gres/gpu=4")["gpus"] == 4
     assert fields.parse_tres("gres/gpu:a100=2,gres/gpu:v100=1")["gpus"] == 3
