@@ -32,7 +32,7 @@ from tasks.baseline.exposure import (
 )
 from tasks.baseline.source_slurmrestd import RestClient, read_slurmrestd
 from tasks.baseline.time_formats import file_anchor
-from tasks.data.arrow_memory import system_allocator
+from tasks.data.arrow_memory import stage_allocator
 from tasks.data.datasets import DATASETS, EXPOSURE, JOBS, QUARANTINE
 from tasks.data.errors import AccountingError
 from tasks.data.gates import (
@@ -369,7 +369,7 @@ def run_baseline(
         anchor = file_anchor(source) if Path(source).is_file() else None
     reading = _Reading(delimiter, sacct_format, anchor)
     # GX imports in its worker while the dump is parsed.
-    with stream, warmed(), system_allocator():
+    with stream, warmed(), stage_allocator():
         if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:
             result = _run_dask(stream, source, pseudonymiser, plan, ctx, reading)
         else:
