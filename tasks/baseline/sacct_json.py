@@ -22,7 +22,9 @@ Python object tree: by orjson, ~16 KiB of jobs a call, where each cut between jo
 by the chunk parsing (sacct_json_fast.fast_jobs); a document no cut can be proven in, or a
 broken one, is read again by ``json.JSONDecoder.raw_decode`` one job at a time, whose errors
 are the ones shown. Each job's rows come from sacct_json_fast.fast_job_rows where its values
-have the ordinary shapes, else from job_rows, which reads every shape.
+have the ordinary shapes, else from job_rows, which reads every shape. A big file is
+converted by several processes at once, each a region of the list (sacct_json_parallel), to
+the same bytes.
 
 A job that cannot be read is kept as a row the baseline quarantines, whose JobID names the
 first field that failed; a document from a data_parser version not listed in DATA_PARSERS is
@@ -36,9 +38,9 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, BinaryIO
 
 from tasks.baseline.dump_layout import SACCT_FIELDS
 from tasks.baseline.sacct_json_fast import NotCommon, Unchunked, fast_job_rows, fast_jobs
@@ -80,6 +82,7 @@ _STEP_PREFIX_RE = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?\.")
 _WS = re.compile(r"[ \t\n\r]*")
 _JOBS_PER_CHUNK = 20_000
 N_FIELDS = len(SACCT_FIELDS)
+HEADER = ("|".join(SACCT_FIELDS) + "\n").encode()
 
 
 class Unreadable(ValueError):
@@ -474,9 +477,21 @@ def _convert(jobs: Iterator[Any], top: dict[str, Any]) -> JsonConversion:
     """Each job's rows (the fast reading of its shape when it has one, else job_rows); ``top``
     is filled as ``jobs`` is read."""
     out = io.BytesIO()
-    out.write(("|".join(SACCT_FIELDS) + "\n").encode())
+    out.write(HEADER)
+    n, unreadable, _ = write_rows(jobs, out)
+    version, release = document_version(top)
+    return JsonConversion(out.getvalue(), version, release, n, unreadable)
+
+
+def write_rows(
+    jobs: Iterable[Any], out: BinaryIO
+) -> tuple[int, list[tuple[int, str]], list[tuple[int, str]]]:
+    """Each job's rows into ``out``: (jobs, unreadable (job index, message), and for each
+    unreadable job where its row starts in ``out`` and its field path: a caller converting a
+    part of the list renumbers that row)."""
     pending: list[str] = []
     unreadable: list[tuple[int, str]] = []
+    marks: list[tuple[int, str]] = []
     n = 0
     for n, job in enumerate(jobs, start=1):
         try:
@@ -486,14 +501,17 @@ def _convert(jobs: Iterator[Any], top: dict[str, Any]) -> JsonConversion:
                 pending.extend(job_rows(job))
             except Unreadable as exc:
                 unreadable.append((n - 1, str(exc)))
+                if pending:
+                    out.write(("\n".join(pending) + "\n").encode())
+                    pending = []
+                marks.append((out.tell(), exc.path))
                 pending.append(unreadable_row(n - 1, exc.path))
         if len(pending) >= _JOBS_PER_CHUNK:
             out.write(("\n".join(pending) + "\n").encode())
             pending = []
     if pending:
         out.write(("\n".join(pending) + "\n").encode())
-    version, release = document_version(top)
-    return JsonConversion(out.getvalue(), version, release, n, unreadable)
+    return n, unreadable, marks
 
 
 def sacct_json_to_psv(data: bytes | str, source: str) -> bytes:
@@ -502,7 +520,11 @@ def sacct_json_to_psv(data: bytes | str, source: str) -> bytes:
 
     Exit codes in 22.05's JSON are unreliable (notes/slurm.md): prefer ``-P`` dumps for them.
     """
-    conversion = convert_sacct_json(data, source)
+    return psv_of(convert_sacct_json(data, source), source)
+
+
+def psv_of(conversion: JsonConversion, source: str) -> bytes:
+    """A conversion's -P bytes, after its warning (if any) is logged."""
     warning = conversion.problems(source)
     if warning:
         log.warning(warning)

@@ -70,18 +70,59 @@ def fast_jobs(
     parses only if the cut closes a job of the list (inside a string or a nested value it
     leaves something open), so a chunk that parses holds exactly whole jobs.
     """
+    pos, head, between = jobs_list(data)
+    top.update(head)
+    tail = pos
+    if between is not None:
+        for jobs, after in chunks(data, pos, between):
+            yield from jobs
+            tail = after
+    yield from tail_jobs(data, tail, top, read_tail)
+
+
+def jobs_list(data: bytes) -> tuple[int, dict[str, Any], bytes | None]:
+    """Where the first job of the list starts, the top-level keys before the list, and the
+    bytes this document writes between two jobs (None: no second job found soon)."""
     key = _JOBS_KEY.search(data)
     if key is None or b'"jobs"' in data[: key.start()]:
         raise Unchunked
-    top.update(_head(data[: key.start()]))
-    pos = key.end()
-    between = _between_jobs(data, pos)
-    while between is not None:
-        cut = _next_cut(data, pos, between)
-        if cut is None:
-            break
-        jobs, pos = cut
-        yield from jobs
+    head = _head(data[: key.start()])
+    return key.end(), head, _between_jobs(data, key.end())
+
+
+def chunks(
+    data: bytes, pos: int, between: bytes, stop: int | None = None
+) -> Iterator[tuple[list[Any], int]]:
+    """Proven chunks of jobs from the job starting at ``pos``, each with where the job after
+    it starts. With ``stop`` (where ``between`` is found, a cut not yet proven) the last chunk
+    ends at that cut, which it proves, or Unchunked; without, they end where no cut is left
+    (the rest is the tail)."""
+    if stop is None:
+        while (cut := _next_cut(data, pos, between)) is not None:
+            yield cut
+            pos = cut[1]
+        return
+    close, after = between.index(b"}") + 1, between.index(b"{")
+    while True:
+        cut = _next_cut(data, pos, between, stop)
+        if cut is None:  # the stop is the next cut: the last chunk proves it or nothing does
+            jobs = _parses(data, pos, stop + close)
+            if jobs is None:
+                raise Unchunked
+            yield jobs, stop + after
+            return
+        yield cut
+        pos = cut[1]
+
+
+def tail_jobs(
+    data: bytes,
+    pos: int,
+    top: dict[str, Any],
+    read_tail: Callable[[str, dict[str, Any]], Iterator[Any]],
+) -> Iterator[Any]:
+    """The jobs from ``pos`` (a proven job start) to the list's end, and the keys after it
+    into ``top``, by ``read_tail``; Unchunked when that is too much to copy, or fails."""
     if len(data) - pos > _TAIL_BYTES:  # the separator stopped: the slow reader, not a copy
         raise Unchunked
     try:
@@ -113,13 +154,16 @@ def _between_jobs(data: bytes, pos: int) -> bytes | None:
     return None
 
 
-def _next_cut(data: bytes, pos: int, between: bytes) -> tuple[list[Any], int] | None:
+def _next_cut(
+    data: bytes, pos: int, between: bytes, stop: int | None = None
+) -> tuple[list[Any], int] | None:
     """The jobs from ``pos`` to the first proven cut past CHUNK_BYTES, and where the next
-    job starts; None when no cut is left (the rest is the tail)."""
+    job starts; None when no cut is left (the rest is the tail), or none before ``stop``."""
     close = between.index(b"}") + 1
     start = pos + CHUNK_BYTES
+    end = len(data) if stop is None else stop
     for _ in range(_TRIES):
-        at = data.find(between, start)
+        at = data.find(between, start, end + len(between) - 1)  # a cut at ``stop`` is not one
         if at < 0:
             return None
         jobs = _parses(data, pos, at + close)
@@ -219,7 +263,9 @@ def _memo(table: dict[bytes, Any], key: bytes, value: Any) -> Any:
     a history of unique values cannot grow it."""
     if len(table) >= _MEMO_MAX:
         table.clear()
-    table[key] = value
+    # A copy the key's size: orjson's bytes keep the 4 KiB they were written in (tracemalloc:
+    # 4,089 B a key, 256 MiB a full table), and the tables kept them.
+    table[bytes(memoryview(key))] = value
     return value
 
 

@@ -7,10 +7,12 @@ converted up front to a ``-P`` dump in ckpt-poc's --format, with a header.
 from __future__ import annotations
 
 import io
+import os
 from pathlib import Path
 
 # The converter lives in sacct_json; it is named here too, where callers have found it.
 from tasks.baseline.sacct_json import sacct_json_to_psv
+from tasks.baseline.sacct_json_parallel import sacct_json_file_to_psv
 from tasks.data.errors import AccountingError
 
 __all__ = ["open_source", "sacct_json_to_psv"]
@@ -26,8 +28,11 @@ def open_source(path: str | Path) -> tuple[io.BufferedIOBase, str]:
     head = fh.read(64).lstrip()
     fh.seek(0)
     if head.startswith(b"{"):
+        # Taken before the read: workers reading a big document's regions from the file
+        # convert only the file that was read (sacct_json_parallel).
+        stamp = os.fstat(fh.fileno())
         fh.close()
-        return io.BytesIO(sacct_json_to_psv(_read_bytes(p), str(p))), "json"
+        return io.BytesIO(sacct_json_file_to_psv(_read_bytes(p), str(p), p, stamp)), "json"
     return fh, "psv"
 
 
