@@ -219,3 +219,22 @@ def test_a_json_file_opened_as_a_source_is_converted_by_workers(
     fh, kind = source_files.open_source(path)
     assert kind == "json"
     assert fh.read() == sacct_json.convert_sacct_json(data, "x.json").psv
+
+
+@pytest.mark.parametrize("n", ["1", "2"])
+def test_a_path_converted_from_the_file_mapped_gives_the_bytes_conversion(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, n: str
+) -> None:
+    """convert_path maps the file for the workers (no bytes copy of it in this process) and
+    answers what convert_sacct_json gives for its bytes; one process reads it whole."""
+    jobs = _jobs(1500)
+    jobs[1100]["time"] = "soon"
+    data = _text(jobs)
+    path, _ = _file(tmp_path, data)
+    monkeypatch.setenv(par.WORKERS_ENV, n)
+    if n != "1":
+        monkeypatch.setattr(par, "convert_sacct_json", _no_fallback)
+    got = par.convert_path(path, "x.json")
+    monkeypatch.undo()
+    assert got == sacct_json.convert_sacct_json(data, "x.json")
+    assert [i for i, _ in got.unreadable] == [1100]

@@ -88,12 +88,28 @@ def processes(size: int) -> int:
     return max(1, min(cpus, MAX_PROCESSES))
 
 
-def sacct_json_file_to_psv(
-    data: bytes, source: str, path: str | Path, stamp: os.stat_result
-) -> bytes:
-    """sacct_json.sacct_json_to_psv for ``data`` read whole from the file ``path``, whose
-    ``os.stat`` before the read was ``stamp``; a big one is converted by several processes."""
-    return psv_of(convert_file(data, source, path, stamp), source)
+def sacct_json_path_to_psv(path: str | Path, source: str) -> bytes:
+    """sacct_json.sacct_json_to_psv for the document in the file ``path``."""
+    return psv_of(convert_path(path, source), source)
+
+
+def convert_path(path: str | Path, source: str) -> JsonConversion:
+    """The file's document converted. A big one is converted by several processes from the
+    file mapped, never read into one bytes copy (1 M jobs: 0.6 s and 1 GB of RSS less);
+    otherwise, or when that does not answer, the file is read whole and converted in one."""
+    with open(path, "rb") as fh:
+        stamp = os.fstat(fh.fileno())
+        n = processes(stamp.st_size)
+        if n > 1 and stamp.st_size:
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                try:
+                    conversion = _convert_parallel(data, str(path), stamp, n)
+                except Unchunked:
+                    conversion = None
+            if conversion is not None:
+                return conversion
+            log.debug("%s: converted again in one process", source)
+    return convert_sacct_json(Path(path).read_bytes(), source)
 
 
 def convert_file(
@@ -182,7 +198,7 @@ def _convert_parallel(
         t = time.monotonic()
         out = io.BytesIO()
         out.write(HEADER)
-        jobs = (job for chunk, _ in chunks(data, pos, between, stops[0]) for job in chunk)
+        jobs = _releasing(data, pos, chunks(data, pos, between, stops[0]))
         total, unreadable, _ = write_rows(jobs, out)
         own = time.monotonic() - t
         deadline = time.monotonic() + max(_STALL_MIN_S, _STALL_FACTOR * own)
@@ -374,11 +390,28 @@ def _region_jobs(
     """The region's jobs (``data``: the file mapped, read as bytes are); the last region's go
     on through the tail, its keys into ``top``. Pages read are dropped as it goes, so the
     mapped file does not stay in the worker's RSS."""
-    pos = released = start
-    for jobs, pos in chunks(data, start, between, stop):
+    pos = start
+    for jobs, after in _chunks_releasing(data, start, chunks(data, start, between, stop)):
         yield from jobs
-        if pos - released >= _RELEASE_BYTES:
-            released = pos // mmap.PAGESIZE * mmap.PAGESIZE
-            data.madvise(mmap.MADV_DONTNEED, 0, released)
+        pos = after
     if stop is None:
         yield from tail_jobs(data, pos, top, lambda tail, t: iter_document(tail, "worker", t))
+
+
+def _chunks_releasing(
+    data: Any, start: int, chunked: Iterator[tuple[list[Any], int]]
+) -> Iterator[tuple[list[Any], int]]:
+    """``chunked`` as it comes; where ``data`` is the file mapped, the pages read so far are
+    dropped every _RELEASE_BYTES, so the mapped file does not stay in this process's RSS."""
+    released = start
+    for jobs, pos in chunked:
+        yield jobs, pos
+        if isinstance(data, mmap.mmap) and pos - released >= _RELEASE_BYTES:
+            released = pos // mmap.PAGESIZE * mmap.PAGESIZE
+            data.madvise(mmap.MADV_DONTNEED, 0, released)
+
+
+def _releasing(data: Any, start: int, chunked: Iterator[tuple[list[Any], int]]) -> Iterator[Any]:
+    """The jobs of ``chunked``, pages dropped as in _chunks_releasing."""
+    for jobs, _ in _chunks_releasing(data, start, chunked):
+        yield from jobs

@@ -7,12 +7,11 @@ converted up front to a ``-P`` dump in ckpt-poc's --format, with a header.
 from __future__ import annotations
 
 import io
-import os
 from pathlib import Path
 
 # The converter lives in sacct_json; it is named here too, where callers have found it.
 from tasks.baseline.sacct_json import sacct_json_to_psv
-from tasks.baseline.sacct_json_parallel import sacct_json_file_to_psv
+from tasks.baseline.sacct_json_parallel import sacct_json_path_to_psv
 from tasks.data.errors import AccountingError
 
 __all__ = ["open_source", "sacct_json_to_psv"]
@@ -28,19 +27,11 @@ def open_source(path: str | Path) -> tuple[io.BufferedIOBase, str]:
     head = fh.read(64).lstrip()
     fh.seek(0)
     if head.startswith(b"{"):
-        # Taken before the read: workers reading a big document's regions from the file
-        # convert only the file that was read (sacct_json_parallel).
-        stamp = os.fstat(fh.fileno())
         fh.close()
-        return io.BytesIO(sacct_json_file_to_psv(_read_bytes(p), str(p), p, stamp)), "json"
+        # Read afresh (sacct_json_parallel.convert_path): read() after the head's read would
+        # join the buffered head to the rest, a second whole copy (1 M jobs: a 2.0 GB peak).
+        try:
+            return io.BytesIO(sacct_json_path_to_psv(p, str(p))), "json"
+        except OSError as exc:
+            raise AccountingError(f"{p}: cannot read accounting file: {exc.strerror}") from exc
     return fh, "psv"
-
-
-def _read_bytes(path: Path) -> bytes:
-    """The whole file, as bytes (orjson reads them: no decoded copy beside them), read afresh:
-    read() after the head's read joins the buffered head to the rest, a second whole copy
-    (1 M jobs: a 2.0 GB peak, 1.25 GB without)."""
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise AccountingError(f"{path}: cannot open accounting file: {exc.strerror}") from exc
