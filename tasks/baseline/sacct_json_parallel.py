@@ -102,13 +102,9 @@ def convert_path(path: str | Path, source: str) -> JsonConversion:
         n = processes(stamp.st_size)
         if n > 1 and stamp.st_size:
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                try:
-                    conversion = _convert_parallel(data, str(path), stamp, n)
-                except Unchunked:
-                    conversion = None
+                conversion = _parallel_or_none(data, source, path, stamp, n)
             if conversion is not None:
                 return conversion
-            log.debug("%s: converted again in one process", source)
     return convert_sacct_json(Path(path).read_bytes(), source)
 
 
@@ -117,15 +113,21 @@ def convert_file(
 ) -> JsonConversion:
     """sacct_json.convert_sacct_json, by several processes when the document is big."""
     n = processes(len(data))
-    if n > 1:
-        try:
-            conversion = _convert_parallel(data, str(path), stamp, n)
-        except Unchunked:
-            conversion = None
-        if conversion is not None:
-            return conversion
+    conversion = _parallel_or_none(data, source, path, stamp, n) if n > 1 else None
+    return conversion if conversion is not None else convert_sacct_json(data, source)
+
+
+def _parallel_or_none(
+    data: bytes | mmap.mmap, source: str, path: str | Path, stamp: os.stat_result, n: int
+) -> JsonConversion | None:
+    """The conversion by ``n`` processes, or None where the caller converts in one."""
+    try:
+        conversion = _convert_parallel(data, str(path), stamp, n)
+    except Unchunked:
+        conversion = None
+    if conversion is None:
         log.debug("%s: converted again in one process", source)
-    return convert_sacct_json(data, source)
+    return conversion
 
 
 def _stops(data: bytes, pos: int, between: bytes, n: int) -> list[int]:
@@ -175,7 +177,7 @@ class _Answer:
 
 
 def _convert_parallel(
-    data: bytes, path: str, stamp: os.stat_result, n: int
+    data: bytes | mmap.mmap, path: str, stamp: os.stat_result, n: int
 ) -> JsonConversion | None:
     """The document by ``n`` processes; None when a worker's region did not prove out or a
     worker gave no answer, Unchunked when this process's own region did not."""
