@@ -47,6 +47,7 @@ from tasks.baseline.sacct_json import (
     write_rows,
 )
 from tasks.baseline.sacct_json_fast import Unchunked, chunks, jobs_list, tail_jobs
+from tasks.data.cpus import count_from_env, usable_cpus
 
 log = logging.getLogger(__name__)
 
@@ -73,19 +74,12 @@ class _Lost(Exception):
 
 def processes(size: int) -> int:
     """How many processes convert a document of ``size`` bytes (1: no workers)."""
-    forced = os.environ.get(WORKERS_ENV, "").strip()
-    if forced:
-        try:
-            return max(1, min(int(forced), MAX_PROCESSES))
-        except ValueError:
-            log.warning("%s=%r is not a number; converting in one process", WORKERS_ENV, forced)
-            return 1
+    forced = count_from_env(WORKERS_ENV)
+    if forced is not None:
+        return min(forced, MAX_PROCESSES)
     if size < MIN_PARALLEL_BYTES:
         return 1
-    # The CPUs this process may run on (a job step's cgroup or taskset), not the machine's.
-    affinity = getattr(os, "sched_getaffinity", None)
-    cpus = len(affinity(0)) if affinity else (os.cpu_count() or 1)
-    return max(1, min(cpus, MAX_PROCESSES))
+    return min(usable_cpus(), MAX_PROCESSES)
 
 
 def sacct_json_path_to_psv(path: str | Path, source: str) -> bytes:
@@ -99,35 +93,27 @@ def convert_path(path: str | Path, source: str) -> JsonConversion:
     otherwise, or when that does not answer, the file is read whole and converted in one."""
     with open(path, "rb") as fh:
         stamp = os.fstat(fh.fileno())
-        n = processes(stamp.st_size)
-        if n > 1 and stamp.st_size:
+        if processes(stamp.st_size) > 1 and stamp.st_size:
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                conversion = _parallel_or_none(data, source, path, stamp, n)
-            if conversion is not None:
-                return conversion
+                return convert_file(data, source, path, stamp)
     return convert_sacct_json(Path(path).read_bytes(), source)
 
 
 def convert_file(
-    data: bytes, source: str, path: str | Path, stamp: os.stat_result
+    data: bytes | mmap.mmap, source: str, path: str | Path, stamp: os.stat_result
 ) -> JsonConversion:
-    """sacct_json.convert_sacct_json, by several processes when the document is big."""
+    """sacct_json.convert_sacct_json, by several processes when the document is big; ``data``
+    is the file's bytes or the file mapped (read whole only if one process converts)."""
     n = processes(len(data))
-    conversion = _parallel_or_none(data, source, path, stamp, n) if n > 1 else None
-    return conversion if conversion is not None else convert_sacct_json(data, source)
-
-
-def _parallel_or_none(
-    data: bytes | mmap.mmap, source: str, path: str | Path, stamp: os.stat_result, n: int
-) -> JsonConversion | None:
-    """The conversion by ``n`` processes, or None where the caller converts in one."""
     try:
-        conversion = _convert_parallel(data, str(path), stamp, n)
+        conversion = _convert_parallel(data, str(path), stamp, n) if n > 1 else None
     except Unchunked:
         conversion = None
-    if conversion is None:
+    if conversion is not None:
+        return conversion
+    if n > 1:
         log.debug("%s: converted again in one process", source)
-    return conversion
+    return convert_sacct_json(data if isinstance(data, bytes) else Path(path).read_bytes(), source)
 
 
 def _stops(data: bytes, pos: int, between: bytes, n: int) -> list[int]:

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.data import gx_worker
+from tasks.data.cpus import usable_cpus
 from tasks.data.datasets import DATASETS, GATES, DatasetSpec
 from tasks.data.errors import GateFailed
 from tasks.data.runctx import RunContext
@@ -105,8 +106,7 @@ def _worker_wanted() -> bool:
     asked = os.environ.get("CKPT_POC_GX_WORKER")
     if asked is not None:
         return asked != "0"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return (cores or 1) >= _WORKER_MIN_CORES
+    return usable_cpus() >= _WORKER_MIN_CORES
 
 
 _WORKER_MIN_CORES = 4  # the parse takes two threads' worth; the import needs one more
