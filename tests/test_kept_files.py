@@ -10,11 +10,14 @@ shows CRIU's own refusal, so the first one cannot pass without it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
@@ -137,3 +140,19 @@ def test_a_kept_file_whose_folder_is_gone_is_put_back_with_its_folder(tmp_path: 
     shutil.rmtree(tmp_path / "ompi.vm.0")
     assert open_files.put_back(checkpoint) == (1, 22)
     assert segment.read_bytes() == b"lock state at the dump"
+
+
+def test_a_removed_kept_file_comes_back_with_its_mode_at_the_dump(tmp_path: Path) -> None:
+    # CI saw CRIU refuse a restore of LAMMPS under mpirun: Open MPI's removed smdataseg,
+    # recreated with the umask's 0644, "has bad mode 0100644 (expect 0100600)".
+    segment = tmp_path / "smdataseg-1828454401-0"
+    segment.write_bytes(b"data at the dump")
+    os.chmod(segment, 0o600)
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    with mock.patch.object(open_files, "files_to_keep", return_value=[segment]):
+        open_files.save(os.getpid(), checkpoint)
+    segment.unlink()
+    assert open_files.put_back(checkpoint) == (1, 16)
+    assert stat.S_IMODE(segment.stat().st_mode) == 0o600
+    assert segment.read_bytes() == b"data at the dump"

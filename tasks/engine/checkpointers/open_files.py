@@ -133,10 +133,17 @@ def save(root: int, checkpoint: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> dic
     files, total = [], 0
     for n, path in enumerate(files_to_keep(root), 1):
         try:
-            size = path.stat().st_size
+            st = path.stat()
         except OSError:
             continue
-        entry: dict[str, object] = {"path": str(path), "size": size}
+        size = st.st_size
+        # The mode too: a file put back where it was removed must have it again (CRIU's
+        # restore checks it: "bad mode 0100644 (expect 0100600)" on Open MPI's segments).
+        entry: dict[str, object] = {
+            "path": str(path),
+            "size": size,
+            "mode": stat.S_IMODE(st.st_mode),
+        }
         if total + size > max_bytes:
             entry["skipped"] = f"over the {max_bytes} bytes a checkpoint keeps beside its images"
         else:
@@ -188,7 +195,10 @@ def put_back(checkpoint: Path) -> tuple[int, int]:
             # Its folder may have gone too: Open MPI removes its session directory (pmix_dstor
             # lock segments) once the job's ranks die, sometimes before the restore begins.
             target.parent.mkdir(parents=True, exist_ok=True)
-        with open(source, "rb") as src, open(target, "r+b" if target.exists() else "wb") as dst:
+            target.touch()
+            if "mode" in entry:  # as it was at the dump, whatever the umask
+                os.chmod(target, int(entry["mode"]))
+        with open(source, "rb") as src, open(target, "r+b") as dst:
             shutil.copyfileobj(src, dst)
             dst.truncate()
         count, total = count + 1, total + int(entry["size"])
