@@ -22,6 +22,7 @@ from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.deadline import REPEATS, SIZES_MB, grace_lines
 from tasks.experiments.recovery import run_recovery
 from tests.conftest import REPO, demo_plan_dict
+from tests.logged_steps import assert_steps_lost_as_logged
 
 pytestmark = pytest.mark.criu
 
@@ -39,6 +40,11 @@ def _trials(tmp_path: Path, grace_s: float, monkeypatch, criu_binary: str) -> pd
     run = run_recovery(plan, ctx, timeout_s=60)
     _RUNS.append((plan, run))
     return run.trials.set_index("arm")
+
+
+def copy_log(data: Path, row: pd.Series) -> Path:
+    """The local engine's log of one copy: its first attempt and the one after the fault."""
+    return next(data.rglob(f"*-{row.name}-{row['trial_id']}.log"))
 
 
 _RUNS: list = []  # (plan, run) of the last _trials call, for the deadline sweep's dumps
@@ -63,7 +69,8 @@ def test_a_notice_with_time_to_checkpoint_loses_nothing_on_the_managed_arm(
     assert unmanaged["notice_checkpoint"] == "none"
     assert unmanaged["recoverable_point"] == "app_checkpoint"
     assert unmanaged["fault_outcome"] == "killed at the deadline"
-    assert unmanaged["steps_lost"] > 0 and unmanaged["work_lost_s"] > 0
+    assert_steps_lost_as_logged(copy_log(tmp_path, unmanaged), unmanaged["steps_lost"], 50)
+    assert unmanaged["work_lost_s"] > 0
     assert managed["fault_outcome"] == "ended by its notice checkpoint"
     assert set(trials["clock"]) == {"fault_injected→serving_again"}
     # After the trials, the deadline sweep: the example server at 0, 64 and 256 MiB, dumped as
@@ -90,7 +97,8 @@ def test_a_notice_too_short_for_the_dump_is_a_missed_deadline(
     assert managed["fault_outcome"] == "killed at the deadline"
     # Back from the last periodic checkpoint: the steps since it are lost, and counted.
     assert managed["recoverable_point"] == "checkpoint"
-    assert managed["steps_lost"] > 0 and managed["work_lost_s"] > 0
+    assert_steps_lost_as_logged(copy_log(tmp_path, managed), managed["steps_lost"])
+    assert managed["work_lost_s"] > 0
 
 
 def test_plan_check_wants_a_grace_period_with_a_notice_fault_only(tmp_path: Path) -> None:

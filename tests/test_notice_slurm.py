@@ -37,6 +37,7 @@ from tasks.experiments.recovery_slurm_notice import SLURM_TRIALS
 from tasks.experiments.recovery_trial import TrialSetup
 from tests import slurm_cluster
 from tests.conftest import REPO, demo_plan_dict
+from tests.logged_steps import assert_steps_lost_as_logged
 
 PREEMPTOR = "poc-urgent"  # scripts/slurm-up: PriorityTier 10 over poc's 1, poc's GraceTime 5
 
@@ -93,6 +94,10 @@ def one_managed_trial(tmp_path: Path, fault: Fault, arm: str = "managed") -> pd.
         setup.recorder.flush()
 
 
+def copy_log(data: Path, row: pd.Series, arm: str) -> Path:
+    return next(data.rglob(f"{row['trial_id']}-{arm}/workload.log"))
+
+
 def _node_state(env: dict[str, str]) -> str:
     out = subprocess.run(
         ["sinfo", "-h", "-n", "ckpt-node1", "-o", "%T"],
@@ -129,10 +134,14 @@ def test_preempt_and_drain_resume_the_managed_copy_from_its_notice_checkpoint(
         assert 0 < managed["notice_checkpoint_s"] < grace
         assert managed["recoverable_point"] == "checkpoint"
         assert managed["steps_lost"] == 0 and managed["work_lost_s"] < 0.2
-        # The unmanaged copy ran on to the kill; back from its own checkpoint, steps lost.
+        # The unmanaged copy ran on to the kill; back from its own last checkpoint (every 50
+        # steps), each step since lost: none where the kill fell just after one.
         assert unmanaged["notice_checkpoint"] == "none"
         assert unmanaged["recoverable_point"] == "app_checkpoint"
-        assert unmanaged["steps_lost"] > 0 and unmanaged["work_lost_s"] > 0
+        assert_steps_lost_as_logged(
+            copy_log(tmp_path, unmanaged, "unmanaged"), unmanaged["steps_lost"], 50
+        )
+        assert unmanaged["work_lost_s"] > 0
         for row in (managed, unmanaged):
             # Requeued: the same job id came back, after a measured wait in the queue.
             assert row["recovery_job_id"] == row["job_id"]
@@ -161,7 +170,8 @@ def test_a_notice_too_short_for_the_dump_is_a_missed_deadline(slurm_env, tmp_pat
     assert row["notice_checkpoint"] == "missed"
     # Back from the last periodic checkpoint, the steps since lost, and counted.
     assert row["recoverable_point"] == "checkpoint"
-    assert row["steps_lost"] > 0 and row["work_lost_s"] > 0
+    assert_steps_lost_as_logged(copy_log(tmp_path, row, "managed"), row["steps_lost"])
+    assert row["work_lost_s"] > 0
 
 
 @pytest.mark.slurm
@@ -188,7 +198,10 @@ def test_a_warned_time_limit_on_both_arms(slurm_env, tmp_path: Path) -> None:
     assert unmanaged["notice_checkpoint"] == "none"
     assert unmanaged["fault_outcome"] == "TIMEOUT"
     assert unmanaged["recoverable_point"] == "app_checkpoint"
-    assert unmanaged["steps_lost"] > 0 and unmanaged["work_lost_s"] > managed["work_lost_s"]
+    assert_steps_lost_as_logged(
+        copy_log(tmp_path, unmanaged, "unmanaged"), unmanaged["steps_lost"], 50
+    )
+    assert unmanaged["work_lost_s"] > managed["work_lost_s"]
 
 
 @pytest.mark.slurm
