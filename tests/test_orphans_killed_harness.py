@@ -59,15 +59,21 @@ time.sleep(600)
 """
 # Starts a copy, dumps it, kills it and restores it; prints the restored pid; waits. With
 # STALL_BEFORE_ADOPT set it stops where CRIU has restored the copy but the harness has not
-# yet adopted it (only the restore's pidfile names it), and prints that pid.
+# yet adopted it (only the restore's pidfile names it), and prints that pid. With
+# STALL_BEFORE_TRACK=start (or restore) it stops just after forking the copy's launcher (or
+# CRIU's restore), before telling the reaper its pid, and prints that pid.
 RESTORE_HARNESS = """
 import os, sys, time
 from pathlib import Path
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.local import LocalCluster, RunReaper
 
 def stall(self, slot, arm, pid, tag=""):
+    print(pid, flush=True)
+    time.sleep(600)
+
+def stall_track(self, pid):
     print(pid, flush=True)
     time.sleep(600)
 
@@ -75,7 +81,10 @@ if os.environ.get("STALL_BEFORE_ADOPT"):
     LocalCluster.adopt = stall
 run_dir = Path(sys.argv[1])
 cluster = LocalCluster(["local-a"], run_dir, Path.cwd())
+cluster.reaper  # started (and its own pid tracked) before any stall
 recorder = EventRecorder(None, jsonl=run_dir / "events.jsonl")
+if os.environ.get("STALL_BEFORE_TRACK") == "start":
+    RunReaper.track = stall_track
 proc = cluster.start("local-a", "managed", sys.argv[2:])
 while "step=3 " not in proc.log.read_text():
     time.sleep(0.02)
@@ -83,6 +92,8 @@ criu = CriuCheckpointer(run_dir / "criu", 1, recorder, "t")
 point = criu.dump(proc)
 cluster.kill(proc)
 assert cluster.wait_gone(proc)
+if os.environ.get("STALL_BEFORE_TRACK") == "restore":
+    RunReaper.track = stall_track
 restored = criu.restore(cluster, "local-a", point)
 print(restored.pid, flush=True)
 time.sleep(600)
@@ -372,6 +383,37 @@ def test_killing_the_harness_while_criu_restores_ends_what_it_restores(
         pids = [int(p.read_text()) for p in pidfiles if p.read_text().strip()]
         assert left == {}
         assert not [p for p in pids if pid_alive(p)], "the copy CRIU restored is still alive"
+    finally:
+        harness.kill()
+        harness.wait()
+        for pid in processes_mentioning(str(tmp_path)):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("started_by", ["start", "restore"])
+def test_a_harness_killed_between_a_fork_and_its_track_still_ends_the_child(
+    tmp_path: Path, criu_binary: str, started_by: str
+) -> None:
+    """The reaper hears of a process before its fork: a harness killed after forking the
+    copy's launcher (or CRIU's restore) but before naming its pid still has it ended."""
+    run_dir = tmp_path / "run"
+    harness = subprocess.Popen(
+        [sys.executable, "-c", RESTORE_HARNESS, str(run_dir), *_train(tmp_path)],
+        cwd=REPO,
+        env={**os.environ, "CKPT_POC_CRIU": criu_binary, "STALL_BEFORE_TRACK": started_by},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert harness.stdout is not None
+        forked = int(harness.stdout.readline())  # the launcher's, or CRIU's, pid: untracked
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        left, pids_left, took = still_alive_after_kill(str(tmp_path), [forked])
+        pidfiles = list((run_dir / "criu").glob("restore-*.pid"))
+        restored = [int(p.read_text()) for p in pidfiles if p.read_text().strip()]
+        assert pids_left == [] and left == {}, f"left {took:.2f} s after SIGKILL: {left}"
+        assert not [p for p in restored if pid_alive(p)], "the copy CRIU restored is alive"
     finally:
         harness.kill()
         harness.wait()

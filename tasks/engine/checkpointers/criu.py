@@ -273,18 +273,17 @@ class CriuCheckpointer:
         With ``reaper``, CRIU (and the pid a restore writes to ``pidfile``) dies with the
         harness: a restore the harness did not live to adopt is not left running."""
         timeout = timeout or self.timeout_s
-        proc = subprocess.Popen(
-            argv,
+        popen: dict[str, Any] = dict(
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
             env={**os.environ, **(env or {})},
         )
+        if reaper is not None:
+            proc = reaper.spawn(argv, pidfile=pidfile, **popen)
+        else:
+            proc = subprocess.Popen(argv, **popen)
         try:
-            if reaper is not None:
-                reaper.track(proc.pid)
-                if pidfile is not None:
-                    reaper.watch_pidfile(pidfile, proc.pid)
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for pid in [*descendants(proc.pid), proc.pid]:

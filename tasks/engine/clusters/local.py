@@ -24,7 +24,7 @@ import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
@@ -109,17 +109,51 @@ def _is_pid_namespace_init(pid: int) -> bool:
     return False
 
 
+def boot_ticks() -> int:
+    """Now, in the clock ticks of /proc/PID/stat's start time (less one: a process started
+    from now on never reads as earlier)."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")) - 1
+
+
+def _started_as(cmdline: bytes, not_before: int) -> dict[int, int]:
+    """The processes whose command line is exactly ``cmdline`` (NUL-ended words), started
+    at or after ``not_before`` ticks: pid to start ticks."""
+    found: dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        ticks = start_ticks(pid)
+        if ticks is None or ticks < not_before:
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if fh.read() == cmdline:
+                    found[pid] = ticks
+        except OSError:
+            continue
+    return found
+
+
 def _reap_when_harness_dies(log_path: str) -> None:
     """The reaper's main: follow the harness's commands on stdin; at its end, kill.
 
     Commands, one a line: ``track PID TICKS`` / ``forget PID`` (a process of the run, named
     by pid and start time), ``pidfile PATH TICKS`` / ``unpidfile PATH`` (a CRIU restore in
-    flight: the pid it will write there, a PID namespace's init started after TICKS).
+    flight: the pid it will write there, a PID namespace's init started after TICKS),
+    ``expect TICKS HEX`` / ``unexpect HEX`` (a process being started, not yet tracked: its
+    exact command line, hex-encoded, started after TICKS).
     Stdlib only: it runs as ``python -I -S``, so it starts fast and imports nothing else.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the harness's to handle
     tracked: dict[int, int] = {}
     pidfiles: dict[str, int] = {}
+    expected: dict[bytes, int] = {}
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
+            harness_cmdline = fh.read()
+    except OSError:
+        harness_cmdline = b""
     for raw in sys.stdin.buffer:  # ends at EOF: the harness closed the pipe, or died
         words = raw.decode("utf-8", "replace").rstrip("\n").split(" ")
         with contextlib.suppress(ValueError, IndexError):
@@ -131,10 +165,26 @@ def _reap_when_harness_dies(log_path: str) -> None:
                 pidfiles[" ".join(words[1:-1])] = int(words[-1])
             elif words[0] == "unpidfile":
                 pidfiles.pop(" ".join(words[1:]), None)
+            elif words[0] == "expect":
+                expected[bytes.fromhex(words[2])] = int(words[1])
+            elif words[0] == "unexpect":
+                expected.pop(bytes.fromhex(words[1]), None)
     killed: list[str] = []
     deadline = time.monotonic() + REAPER_GRACE_S
     while True:
         victims: dict[int, int] = {}
+        # The harness died between a fork and its `track`. Until its exec the child reads as
+        # the harness, so an expected command line is looked for while such a child lives.
+        for cmdline, not_before in list(expected.items()):
+            before_exec = harness_cmdline and _started_as(harness_cmdline, not_before)  # first
+            found = _started_as(cmdline, not_before)
+            if not found and not before_exec:
+                del expected[cmdline]  # ended, or never started
+            for pid in found:
+                victims[pid] = found[pid]
+                for kid in descendants(pid):
+                    if (kid_ticks := start_ticks(kid)) is not None:
+                        victims[kid] = kid_ticks
         for pid, ticks in tracked.items():
             if start_ticks(pid) != ticks:
                 continue  # gone, or the pid now names another process: never touched
@@ -150,7 +200,7 @@ def _reap_when_harness_dies(log_path: str) -> None:
             ticks = start_ticks(pid)
             if ticks is not None and ticks >= not_before and _is_pid_namespace_init(pid):
                 victims[pid] = ticks
-        if not victims:
+        if not victims and not expected:
             break
         for pid, ticks in victims.items():
             if start_ticks(pid) == ticks:
@@ -223,16 +273,34 @@ class RunReaper:
         if ticks is not None:
             self._send(f"track {pid} {ticks}")
 
+    def spawn(self, argv: list[str], pidfile: Path | None = None, **popen: Any) -> subprocess.Popen:
+        """``subprocess.Popen(argv, **popen)``, tracked. The reaper hears of it before the
+        fork (by its exact command line), so a harness killed between the fork and the
+        ``track`` still has it ended. With ``pidfile`` (a CRIU restore), the pid written
+        there is ended too, until ``forget_pidfile``."""
+        not_before = boot_ticks()
+        key = b"".join(os.fsencode(word) + b"\0" for word in argv).hex()
+        self._send(f"expect {not_before} {key}")
+        if pidfile is not None:
+            self._send(f"pidfile {pidfile} {not_before}")
+        try:
+            proc = subprocess.Popen(argv, **popen)
+            try:
+                self.track(proc.pid)
+            except BaseException:  # the reaper is gone: nothing would end it, so end it now
+                for pid in [*descendants(proc.pid), proc.pid]:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                proc.wait()
+                raise
+        finally:
+            with contextlib.suppress(ProcessError):  # tracked by pid now, or never started
+                self._send(f"unexpect {key}")
+        return proc
+
     def forget(self, pid: int) -> None:
         with contextlib.suppress(ProcessError):  # called in cleanup: never raises
             self._send(f"forget {pid}")
-
-    def watch_pidfile(self, pidfile: Path, writer_pid: int) -> None:
-        """A CRIU restore runs as ``writer_pid``: if the harness dies before it adopts the
-        restored copy, the pid CRIU writes to ``pidfile`` is ended too."""
-        ticks = start_ticks(writer_pid)
-        if ticks is not None:
-            self._send(f"pidfile {pidfile} {ticks}")
 
     def forget_pidfile(self, pidfile: Path) -> None:
         with contextlib.suppress(ProcessError):
@@ -322,7 +390,7 @@ class LocalCluster:
         reaper = self.reaper
         log = self.log_path(slot, arm, tag)
         with open(log, "ab") as out:  # append mode: CRIU restores it whatever it grew to
-            launcher = subprocess.Popen(
+            launcher = reaper.spawn(
                 [*LAUNCHER, *resolve_workload_argv(argv)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
@@ -331,7 +399,6 @@ class LocalCluster:
                 cwd=self.workdir,
             )
         try:
-            reaper.track(launcher.pid)
             deadline = time.monotonic() + timeout
             while not (kids := child_pids(launcher.pid)):
                 if launcher.poll() is not None or time.monotonic() > deadline:
