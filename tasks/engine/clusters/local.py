@@ -218,9 +218,9 @@ def _reap_when_harness_dies(log_path: str) -> None:
 class RunReaper:
     """The harness's side of the reaper: tells it which processes are the run's.
 
-    Each line is one ``write`` to a pipe, under PIPE_BUF, so it arrives whole whichever
-    thread sends it. The pipe's write end is close-on-exec: no workload or CRIU holds it,
-    so its end-of-file means the harness is gone.
+    Lines are written whole under a lock, so threads never interleave them (an ``expect``
+    line, a command line in hex, may pass PIPE_BUF). The pipe's write end is close-on-exec:
+    no workload or CRIU holds it, so its end-of-file means the harness is gone.
     """
 
     def __init__(self, log: Path) -> None:
@@ -259,8 +259,10 @@ class RunReaper:
         with self._lock:
             if self._closed:
                 raise ProcessError("the run's reaper is closed")
+            data = memoryview((line + "\n").encode())
             try:
-                os.write(self._fd, (line + "\n").encode())
+                while data:  # a write a signal interrupts can be partial
+                    data = data[os.write(self._fd, data) :]
             except BrokenPipeError:
                 raise ProcessError(
                     f"the run's reaper (pid {self._proc.pid}) is gone: processes started "
