@@ -123,6 +123,13 @@ def processes_mentioning(text: str) -> dict[int, str]:
     return found
 
 
+def restored_alive(run_dir: Path) -> list[int]:
+    """The live pids CRIU's restores wrote to their pidfiles under the run."""
+    pidfiles = (run_dir / "criu").glob("restore-*.pid")
+    pids = [int(text) for p in pidfiles if (text := p.read_text().strip())]
+    return [pid for pid in pids if pid_alive(pid)]
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -379,10 +386,8 @@ def test_killing_the_harness_while_criu_restores_ends_what_it_restores(
         harness.send_signal(signal.SIGKILL)
         harness.wait()
         left, _, _ = still_alive_after_kill(str(tmp_path), [])
-        pidfiles = list((run_dir / "criu").glob("restore-*.pid"))
-        pids = [int(p.read_text()) for p in pidfiles if p.read_text().strip()]
         assert left == {}
-        assert not [p for p in pids if pid_alive(p)], "the copy CRIU restored is still alive"
+        assert not restored_alive(run_dir), "the copy CRIU restored is still alive"
     finally:
         harness.kill()
         harness.wait()
@@ -410,10 +415,8 @@ def test_a_harness_killed_between_a_fork_and_its_track_still_ends_the_child(
         harness.send_signal(signal.SIGKILL)
         harness.wait()
         left, pids_left, took = still_alive_after_kill(str(tmp_path), [forked])
-        pidfiles = list((run_dir / "criu").glob("restore-*.pid"))
-        restored = [int(p.read_text()) for p in pidfiles if p.read_text().strip()]
         assert pids_left == [] and left == {}, f"left {took:.2f} s after SIGKILL: {left}"
-        assert not [p for p in restored if pid_alive(p)], "the copy CRIU restored is alive"
+        assert not restored_alive(run_dir), "the copy CRIU restored is still alive"
     finally:
         harness.kill()
         harness.wait()
