@@ -130,6 +130,14 @@ def restored_alive(run_dir: Path) -> list[int]:
     return [pid for pid in pids if pid_alive(pid)]
 
 
+def end_harness(harness: subprocess.Popen, tmp_path: Path) -> None:
+    """A test's cleanup: the harness and anything of its run still alive, killed."""
+    harness.kill()
+    harness.wait()
+    for pid in processes_mentioning(str(tmp_path)):
+        os.kill(pid, signal.SIGKILL)
+
+
 def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -358,10 +366,7 @@ def test_killing_the_harness_ends_a_restored_copy(
         left, pids_left, _ = still_alive_after_kill(str(tmp_path), [restored])
         assert pids_left == [] and left == {}
     finally:
-        harness.kill()
-        harness.wait()
-        for pid in processes_mentioning(str(tmp_path)):
-            os.kill(pid, signal.SIGKILL)
+        end_harness(harness, tmp_path)
 
 
 def test_killing_the_harness_while_criu_restores_ends_what_it_restores(
@@ -389,10 +394,7 @@ def test_killing_the_harness_while_criu_restores_ends_what_it_restores(
         assert left == {}
         assert not restored_alive(run_dir), "the copy CRIU restored is still alive"
     finally:
-        harness.kill()
-        harness.wait()
-        for pid in processes_mentioning(str(tmp_path)):
-            os.kill(pid, signal.SIGKILL)
+        end_harness(harness, tmp_path)
 
 
 @pytest.mark.parametrize("started_by", ["start", "restore"])
@@ -418,7 +420,4 @@ def test_a_harness_killed_between_a_fork_and_its_track_still_ends_the_child(
         assert pids_left == [] and left == {}, f"left {took:.2f} s after SIGKILL: {left}"
         assert not restored_alive(run_dir), "the copy CRIU restored is still alive"
     finally:
-        harness.kill()
-        harness.wait()
-        for pid in processes_mentioning(str(tmp_path)):
-            os.kill(pid, signal.SIGKILL)
+        end_harness(harness, tmp_path)

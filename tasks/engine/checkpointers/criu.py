@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -37,7 +36,7 @@ from tasks.data.fingerprint import criu_binary
 from tasks.engine.checkpointers import open_files
 from tasks.engine.checkpointers.criu_failure import criu_failure_cause
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.local import LocalCluster, RunReaper, WorkloadProcess, descendants
+from tasks.engine.clusters.local import LocalCluster, RunReaper, WorkloadProcess, kill_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -286,9 +285,7 @@ class CriuCheckpointer:
         try:
             out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            for pid in [*descendants(proc.pid), proc.pid]:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
+            kill_tree(proc.pid)
             proc.communicate()
             raise CriuError(
                 f"criu {argv[1]} did not finish within {timeout:.0f} s: killed"

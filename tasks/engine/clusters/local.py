@@ -135,6 +135,21 @@ def _started_as(cmdline: bytes, not_before: int) -> dict[int, int]:
     return found
 
 
+def _with_descendants(victims: dict[int, int], pid: int, ticks: int) -> None:
+    """Add ``pid`` (started at ``ticks``) and every live process below it to ``victims``."""
+    victims[pid] = ticks
+    for kid in descendants(pid):
+        if (kid_ticks := start_ticks(kid)) is not None:
+            victims[kid] = kid_ticks
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every process below it (the children first)."""
+    for victim in [*descendants(pid), pid]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
+
+
 def _reap_when_harness_dies(log_path: str) -> None:
     """The reaper's main: follow the harness's commands on stdin; at its end, kill.
 
@@ -176,22 +191,18 @@ def _reap_when_harness_dies(log_path: str) -> None:
         # The harness died between a fork and its `track`. Until its exec the child reads as
         # the harness, so an expected command line is looked for while such a child lives.
         for cmdline, not_before in list(expected.items()):
-            before_exec = harness_cmdline and _started_as(harness_cmdline, not_before)  # first
+            # Looked for first: a child that execs between the two scans is then found by
+            # its new command line in the second.
+            before_exec = bool(harness_cmdline) and bool(_started_as(harness_cmdline, not_before))
             found = _started_as(cmdline, not_before)
             if not found and not before_exec:
                 del expected[cmdline]  # ended, or never started
-            for pid in found:
-                victims[pid] = found[pid]
-                for kid in descendants(pid):
-                    if (kid_ticks := start_ticks(kid)) is not None:
-                        victims[kid] = kid_ticks
+            for pid, ticks in found.items():
+                _with_descendants(victims, pid, ticks)
         for pid, ticks in tracked.items():
             if start_ticks(pid) != ticks:
                 continue  # gone, or the pid now names another process: never touched
-            victims[pid] = ticks
-            for kid in descendants(pid):  # started by the run's own process
-                if (kid_ticks := start_ticks(kid)) is not None:
-                    victims[kid] = kid_ticks
+            _with_descendants(victims, pid, ticks)  # and what the run's own process started
         for path, not_before in pidfiles.items():
             try:
                 pid = int(Path(path).read_text().strip())
@@ -290,9 +301,7 @@ class RunReaper:
             try:
                 self.track(proc.pid)
             except BaseException:  # the reaper is gone: nothing would end it, so end it now
-                for pid in [*descendants(proc.pid), proc.pid]:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 proc.wait()
                 raise
         finally:
