@@ -26,7 +26,7 @@ from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import COMPLETE, Checkpoint, CriuCheckpointer
 from tasks.engine.clock import JOURNAL_FLUSH_S, EventRecorder, read_journal
-from tasks.engine.clusters.local import pid_alive
+from tasks.engine.clusters.local import RunReaper, _candidates, boot_ticks, pid_alive
 from tasks.engine.paths import run_folder
 from tasks.engine.probes import HOLD_S
 from tasks.engine.side_by_side import run_side_by_side
@@ -61,9 +61,12 @@ time.sleep(600)
 # STALL_BEFORE_ADOPT set it stops where CRIU has restored the copy but the harness has not
 # yet adopted it (only the restore's pidfile names it), and prints that pid. With
 # STALL_BEFORE_TRACK=start (or restore) it stops just after forking the copy's launcher (or
-# CRIU's restore), before telling the reaper its pid, and prints that pid.
+# CRIU's restore), before telling the reaper its pid, and prints that pid. With
+# STALL_BEFORE_EXEC=PATH the copy's launcher, once forked and its descriptors closed, writes
+# its pid to PATH and waits STALL_S before its exec: a child that still reads as the harness
+# when the harness dies.
 RESTORE_HARNESS = """
-import os, sys, time
+import os, subprocess, sys, time
 from pathlib import Path
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.clock import EventRecorder
@@ -85,6 +88,19 @@ cluster.reaper  # started (and its own pid tracked) before any stall
 recorder = EventRecorder(None, jsonl=run_dir / "events.jsonl")
 if os.environ.get("STALL_BEFORE_TRACK") == "start":
     RunReaper.track = stall_track
+if stall_file := os.environ.get("STALL_BEFORE_EXEC"):
+    real_popen = subprocess.Popen
+
+    def stall_before_exec():  # in the forked child: low-level calls only
+        # Popen closes the child's copy of the reaper's pipe just before its exec: the window
+        # stretched here, where only the harness holds the pipe and the child reads as it.
+        os.close(cluster.reaper._fd)
+        fd = os.open(stall_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.write(fd, str(os.getpid()).encode())
+        os.close(fd)
+        time.sleep(float(os.environ["STALL_S"]))
+
+    subprocess.Popen = lambda argv, **kw: real_popen(argv, preexec_fn=stall_before_exec, **kw)
 proc = cluster.start("local-a", "managed", sys.argv[2:])
 while "step=3 " not in proc.log.read_text():
     time.sleep(0.02)
@@ -421,3 +437,64 @@ def test_a_harness_killed_between_a_fork_and_its_track_still_ends_the_child(
         assert not restored_alive(run_dir), "the copy CRIU restored is still alive"
     finally:
         end_harness(harness, tmp_path)
+
+
+def test_a_harness_killed_before_its_child_execs_still_ends_the_child(tmp_path: Path) -> None:
+    """A child forked but not yet exec'd reads as the harness: the reaper keeps looking
+    while it lives, and ends it by its expected command line once it has exec'd."""
+    run_dir = tmp_path / "run"
+    stall_file = tmp_path / "forked.pid"
+    stall_s = 1.5  # well inside the reaper's grace (REAPER_GRACE_S)
+    harness = subprocess.Popen(
+        [sys.executable, "-c", RESTORE_HARNESS, str(run_dir), *_train(tmp_path)],
+        cwd=REPO,
+        env={**os.environ, "STALL_BEFORE_EXEC": str(stall_file), "STALL_S": str(stall_s)},
+    )
+    try:
+        wait_until(lambda: stall_file.exists() and stall_file.read_text() != "", 60, "the fork")
+        forked = int(stall_file.read_text())
+        assert pid_alive(forked)
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        time.sleep(stall_s)  # the child execs the launcher meanwhile, then is found
+        left, pids_left, took = still_alive_after_kill(str(tmp_path), [forked])
+        assert pids_left == [] and left == {}, f"left {took:.2f} s after the exec: {left}"
+    finally:
+        end_harness(harness, tmp_path)
+
+
+def test_the_reaper_looks_only_at_the_harness_session_and_user() -> None:
+    """The same command line in another session, or of another user, is never a candidate:
+    another harness on the host starting the same command is not this run's to kill."""
+    not_before = boot_ticks()
+    argv = ["sleep", "60", "0.25"]  # one command line, twice
+    cmdline = b"sleep\x0060\x000.25\x00"
+    ours = subprocess.Popen(argv)
+    theirs = subprocess.Popen(argv, start_new_session=True)
+    try:
+        wait_until(
+            lambda: all(
+                Path(f"/proc/{p.pid}/cmdline").read_bytes() == cmdline for p in (ours, theirs)
+            ),
+            10,
+            "both to exec",
+        )
+        found = _candidates(not_before, os.getsid(0), os.getuid())
+        assert ours.pid in found and theirs.pid not in found
+        assert found[ours.pid].cmdline == cmdline
+        assert ours.pid not in _candidates(not_before, os.getsid(0), os.getuid() + 1)
+    finally:
+        for proc in (ours, theirs):
+            proc.kill()
+            proc.wait()
+
+
+def test_spawn_refuses_to_leave_the_harness_session(tmp_path: Path) -> None:
+    """A child in a session of its own could not be found by the reaper before its track."""
+    reaper = RunReaper(tmp_path / "reaper.log")
+    try:
+        with pytest.raises(ValueError, match="session"):
+            reaper.spawn(["true"], start_new_session=True)
+        assert reaper.spawn(["true"]).wait() == 0
+    finally:
+        reaper.close()

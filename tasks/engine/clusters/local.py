@@ -15,6 +15,7 @@ which re-parent to init and so escape any parent-death signal of the launcher.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import signal
 import subprocess
@@ -48,7 +49,7 @@ def _stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
             return fh.read().rsplit(")", 1)[1].split()
-    except (FileNotFoundError, ProcessLookupError, IndexError):
+    except (OSError, IndexError):
         return None
 
 
@@ -115,24 +116,54 @@ def boot_ticks() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK")) - 1
 
 
-def _started_as(cmdline: bytes, not_before: int) -> dict[int, int]:
-    """The processes whose command line is exactly ``cmdline`` (NUL-ended words), started
-    at or after ``not_before`` ticks: pid to start ticks."""
-    found: dict[int, int] = {}
+@dataclass(frozen=True)
+class _Candidate:
+    """A live process the reaper may end for an expectation: when it started and its exact
+    command line (empty while its execve is under way)."""
+
+    ticks: int
+    cmdline: bytes
+
+
+def _candidates(not_before: int, session: int, uid: int) -> dict[int, _Candidate]:
+    """Live processes started at or after ``not_before`` ticks, in ``session`` and owned
+    by ``uid``: only these can be a child the dead harness forked (a child keeps its
+    parent's session and user until it calls setsid or setuid, and ours do neither before
+    their exec). Another user's, or another session's, same command line is never taken."""
+    found: dict[int, _Candidate] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         pid = int(name)
-        ticks = start_ticks(pid)
-        if ticks is None or ticks < not_before:
+        fields = _stat_fields(pid)
+        if not fields or fields[0] in ("Z", "X") or int(fields[3]) != session:
+            continue
+        ticks = int(fields[19])
+        if ticks < not_before:
             continue
         try:
+            if os.stat(f"/proc/{pid}").st_uid != uid:
+                continue
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if fh.read() == cmdline:
-                    found[pid] = ticks
+                found[pid] = _Candidate(ticks, fh.read())
         except OSError:
             continue
     return found
+
+
+@dataclass
+class _Expectation:
+    """A process the harness is starting: its exact command line, not started before
+    ``not_before``; ``misses`` counts the scans in a row that saw no sign of it."""
+
+    cmdline: bytes
+    not_before: int
+    misses: int = 0
+
+
+# An expectation is dropped only after this many scans in a row saw neither it nor a child
+# that may still become it: one scan can fall inside an execve and read nothing at all.
+EXPECT_MISSES = 2
 
 
 def _with_descendants(victims: dict[int, int], pid: int, ticks: int) -> None:
@@ -146,29 +177,28 @@ def _with_descendants(victims: dict[int, int], pid: int, ticks: int) -> None:
 def kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and every process below it (the children first)."""
     for victim in [*descendants(pid), pid]:
-        with contextlib.suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(victim, signal.SIGKILL)
 
 
-def _reap_when_harness_dies(log_path: str) -> None:
+def _reap_when_harness_dies(log_path: str, session: int) -> None:
     """The reaper's main: follow the harness's commands on stdin; at its end, kill.
 
     Commands, one a line: ``track PID TICKS`` / ``forget PID`` (a process of the run, named
     by pid and start time), ``pidfile PATH TICKS`` / ``unpidfile PATH`` (a CRIU restore in
     flight: the pid it will write there, a PID namespace's init started after TICKS),
-    ``expect TICKS HEX`` / ``unexpect HEX`` (a process being started, not yet tracked: its
-    exact command line, hex-encoded, started after TICKS).
+    ``expect ID TICKS HEX`` / ``unexpect ID`` (a process being started, not yet tracked:
+    its exact command line, hex-encoded, started after TICKS, in the harness's ``session``),
+    ``harness HEX`` (the harness's own command line: a child before its exec reads as it).
+    The harness names itself on the pipe: the reaper may start after the harness is gone.
     Stdlib only: it runs as ``python -I -S``, so it starts fast and imports nothing else.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the harness's to handle
+    uid = os.getuid()  # the harness's: the reaper is its child and never changes user
     tracked: dict[int, int] = {}
     pidfiles: dict[str, int] = {}
-    expected: dict[bytes, int] = {}
-    try:
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as fh:
-            harness_cmdline = fh.read()
-    except OSError:
-        harness_cmdline = b""
+    expected: dict[str, _Expectation] = {}
+    harness_cmdline = b"\0"  # no command line is that: nothing reads as the harness unnamed
     for raw in sys.stdin.buffer:  # ends at EOF: the harness closed the pipe, or died
         words = raw.decode("utf-8", "replace").rstrip("\n").split(" ")
         with contextlib.suppress(ValueError, IndexError):
@@ -181,24 +211,34 @@ def _reap_when_harness_dies(log_path: str) -> None:
             elif words[0] == "unpidfile":
                 pidfiles.pop(" ".join(words[1:]), None)
             elif words[0] == "expect":
-                expected[bytes.fromhex(words[2])] = int(words[1])
+                expected[words[1]] = _Expectation(bytes.fromhex(words[3]), int(words[2]))
             elif words[0] == "unexpect":
-                expected.pop(bytes.fromhex(words[1]), None)
+                expected.pop(words[1], None)
+            elif words[0] == "harness":
+                harness_cmdline = bytes.fromhex(words[1])
     killed: list[str] = []
     deadline = time.monotonic() + REAPER_GRACE_S
     while True:
         victims: dict[int, int] = {}
         # The harness died between a fork and its `track`. Until its exec the child reads as
-        # the harness, so an expected command line is looked for while such a child lives.
-        for cmdline, not_before in list(expected.items()):
-            # Looked for first: a child that execs between the two scans is then found by
-            # its new command line in the second.
-            before_exec = bool(harness_cmdline) and bool(_started_as(harness_cmdline, not_before))
-            found = _started_as(cmdline, not_before)
-            if not found and not before_exec:
-                del expected[cmdline]  # ended, or never started
-            for pid, ticks in found.items():
-                _with_descendants(victims, pid, ticks)
+        # the harness (and, inside the execve, as nothing), so while such a child lives the
+        # expectation is kept and looked for again.
+        oldest = min((e.not_before for e in expected.values()), default=0)
+        candidates = _candidates(oldest, session, uid) if expected else {}
+        for key, wanted in list(expected.items()):
+            found = False
+            may_become = False
+            for pid, seen in candidates.items():
+                if seen.ticks < wanted.not_before:
+                    continue
+                if seen.cmdline == wanted.cmdline:
+                    found = True
+                    _with_descendants(victims, pid, seen.ticks)
+                elif seen.cmdline in (harness_cmdline, b""):
+                    may_become = True
+            wanted.misses = 0 if found or may_become else wanted.misses + 1
+            if wanted.misses >= EXPECT_MISSES:
+                del expected[key]  # ended, or never started
         for pid, ticks in tracked.items():
             if start_ticks(pid) != ticks:
                 continue  # gone, or the pid now names another process: never touched
@@ -206,16 +246,22 @@ def _reap_when_harness_dies(log_path: str) -> None:
         for path, not_before in pidfiles.items():
             try:
                 pid = int(Path(path).read_text().strip())
+                owner = os.stat(f"/proc/{pid}").st_uid
             except (OSError, ValueError):
                 continue
             ticks = start_ticks(pid)
-            if ticks is not None and ticks >= not_before and _is_pid_namespace_init(pid):
+            if (
+                ticks is not None
+                and ticks >= not_before
+                and owner == uid
+                and _is_pid_namespace_init(pid)
+            ):
                 victims[pid] = ticks
         if not victims and not expected:
             break
         for pid, ticks in victims.items():
             if start_ticks(pid) == ticks:
-                with contextlib.suppress(ProcessLookupError):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
                     killed.append(str(pid))
         if time.monotonic() > deadline:
@@ -245,7 +291,7 @@ class RunReaper:
                     "-c",
                     f"import sys; sys.path.insert(0, {str(REPO_ROOT)!r}); "
                     "from tasks.engine.clusters.local import _reap_when_harness_dies as reap; "
-                    f"reap({str(log)!r})",
+                    f"reap({str(log)!r}, session={os.getsid(0)})",
                 ],
                 stdin=read_end,
                 stdout=subprocess.DEVNULL,
@@ -258,9 +304,16 @@ class RunReaper:
             os.close(read_end)
         self._lock = threading.Lock()
         self._closed = False
+        self._spawns = itertools.count()  # each spawn's own expectation, same argv or not
         # The pipe closes when this object goes, so an abandoned reaper exits (killing
         # whatever of the run is still alive: the run is over).
         self._finalizer = weakref.finalize(self, os.close, self._fd)
+        try:
+            with open("/proc/self/cmdline", "rb") as fh:
+                self._send(f"harness {fh.read().hex()}")
+        except BaseException:
+            self.close()
+            raise
 
     @property
     def pid(self) -> int:
@@ -288,25 +341,34 @@ class RunReaper:
 
     def spawn(self, argv: list[str], pidfile: Path | None = None, **popen: Any) -> subprocess.Popen:
         """``subprocess.Popen(argv, **popen)``, tracked. The reaper hears of it before the
-        fork (by its exact command line), so a harness killed between the fork and the
-        ``track`` still has it ended. With ``pidfile`` (a CRIU restore), the pid written
-        there is ended too, until ``forget_pidfile``."""
+        fork (by its exact command line, in the harness's session), so a harness killed
+        between the fork and the ``track`` still has it ended. With ``pidfile`` (a CRIU
+        restore), the pid written there is ended too, until ``forget_pidfile``."""
+        if popen.get("start_new_session") or popen.get("process_group") is not None:
+            # The reaper finds an untracked child by the harness's session: it must keep it.
+            raise ValueError("a spawned process stays in the harness's session and group")
+        spawn_id = next(self._spawns)
         not_before = boot_ticks()
-        key = b"".join(os.fsencode(word) + b"\0" for word in argv).hex()
-        self._send(f"expect {not_before} {key}")
+        cmdline = b"".join(os.fsencode(word) + b"\0" for word in argv)
+        self._send(f"expect {spawn_id} {not_before} {cmdline.hex()}")
         if pidfile is not None:
             self._send(f"pidfile {pidfile} {not_before}")
         try:
             proc = subprocess.Popen(argv, **popen)
-            try:
-                self.track(proc.pid)
-            except BaseException:  # the reaper is gone: nothing would end it, so end it now
-                kill_tree(proc.pid)
-                proc.wait()
-                raise
-        finally:
-            with contextlib.suppress(ProcessError):  # tracked by pid now, or never started
-                self._send(f"unexpect {key}")
+        except BaseException:
+            with contextlib.suppress(ProcessError):  # never started: nothing to look for
+                self._send(f"unexpect {spawn_id}")
+            raise
+        try:
+            self.track(proc.pid)
+        except BaseException:  # the reaper is gone: nothing would end it, so end it now
+            kill_tree(proc.pid)
+            proc.wait()
+            raise
+        # Only once tracked by pid: an interrupt before this leaves the expectation, and the
+        # reaper still ends the child when the harness goes.
+        with contextlib.suppress(ProcessError):
+            self._send(f"unexpect {spawn_id}")
         return proc
 
     def forget(self, pid: int) -> None:
