@@ -9,6 +9,7 @@ is never dropped: it goes to the quarantine with the first reason it fails for, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,6 +143,7 @@ _FAST_TYPES: dict[str, pa.DataType] = {
 # parsed from text by tasks.baseline.time_formats).
 _TIME_TYPES = {"standard": pa.timestamp("s"), "epoch": pa.int64()}
 _READ_BLOCK = 4 << 20  # pyarrow parses blocks of this size in parallel
+_LONE_CR = re.compile(rb"\r(?!\n|\Z)")
 
 
 def _read_block(
@@ -207,11 +209,15 @@ def parse_block(
     n_lines = newlines + (0 if block[-1:] == b"\n" else 1)
     short_rows = 0
     if invalid or table.num_rows != n_lines:
+        raw = bytes(block)
+        # sacct prints a carriage return inside a field (a job name) as it is; pyarrow would
+        # end the row there, so each one not ending a line reads as a space.
+        text = _LONE_CR.sub(b" ", raw) if b"\r" in raw else raw
         good_lines, quarantine, padded, short_rows = _classify_lines(
-            bytes(block), layout, first_line, pseudonymiser
+            text, layout, first_line, pseudonymiser
         )
-        if padded is not None:
-            table, _ = _read_either(padded, layout, formats)
+        if padded is not None or text is not raw:
+            table, _ = _read_either(padded or text, layout, formats)
         lines = pa.array(good_lines, pa.int64())
     else:
         quarantine = []
