@@ -26,7 +26,18 @@ from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import COMPLETE, Checkpoint, CriuCheckpointer
 from tasks.engine.clock import JOURNAL_FLUSH_S, EventRecorder, read_journal
-from tasks.engine.clusters.local import RunReaper, _candidates, boot_ticks, pid_alive
+from tasks.engine.clusters.local import (
+    SPAWN_ENV,
+    RunReaper,
+    _candidates,
+    _carries_token,
+    _with_descendants,
+    boot_ticks,
+    descendants,
+    kill_tree,
+    pid_alive,
+    start_ticks,
+)
 from tasks.engine.paths import run_folder
 from tasks.engine.probes import HOLD_S
 from tasks.engine.side_by_side import run_side_by_side
@@ -463,28 +474,30 @@ def test_a_harness_killed_before_its_child_execs_still_ends_the_child(tmp_path: 
         end_harness(harness, tmp_path)
 
 
-def test_the_reaper_looks_only_at_the_harness_session_and_user() -> None:
-    """The same command line in another session, or of another user, is never a candidate:
-    another harness on the host starting the same command is not this run's to kill."""
+def test_the_reaper_takes_only_its_own_spawn_of_a_command_line() -> None:
+    """The same command line in another session, of another user, or started by another
+    harness in this session (another spawn token) is never taken: only this spawn's."""
     not_before = boot_ticks()
-    argv = ["sleep", "60", "0.25"]  # one command line, twice
+    argv = ["sleep", "60", "0.25"]  # one command line, three times
     cmdline = b"sleep\x0060\x000.25\x00"
-    ours = subprocess.Popen(argv)
+    token = f"\0{SPAWN_ENV}=12345.0\0".encode()
+    ours = subprocess.Popen(argv, env={**os.environ, SPAWN_ENV: "12345.0"})
+    same_session = subprocess.Popen(argv, env={**os.environ, SPAWN_ENV: "12345.01"})
     theirs = subprocess.Popen(argv, start_new_session=True)
+    started = (ours, same_session, theirs)
     try:
         wait_until(
-            lambda: all(
-                Path(f"/proc/{p.pid}/cmdline").read_bytes() == cmdline for p in (ours, theirs)
-            ),
+            lambda: all(Path(f"/proc/{p.pid}/cmdline").read_bytes() == cmdline for p in started),
             10,
-            "both to exec",
+            "all to exec",
         )
         found = _candidates(not_before, os.getsid(0), os.getuid())
-        assert ours.pid in found and theirs.pid not in found
+        assert ours.pid in found and same_session.pid in found and theirs.pid not in found
         assert found[ours.pid].cmdline == cmdline
         assert ours.pid not in _candidates(not_before, os.getsid(0), os.getuid() + 1)
+        assert _carries_token(ours.pid, token) and not _carries_token(same_session.pid, token)
     finally:
-        for proc in (ours, theirs):
+        for proc in started:
             proc.kill()
             proc.wait()
 
@@ -498,3 +511,30 @@ def test_spawn_refuses_to_leave_the_harness_session(tmp_path: Path) -> None:
         assert reaper.spawn(["true"]).wait() == 0
     finally:
         reaper.close()
+
+
+def test_a_tree_is_stopped_before_it_is_walked() -> None:
+    """The reaper stops each process before walking below it, so none forks a child between
+    the walk and the kill (the launcher's child would leave the session and escape)."""
+    root = subprocess.Popen(["sh", "-c", "sleep 60 & sh -c 'sleep 60 & wait' & wait"])
+    try:
+        wait_until(lambda: len(descendants(root.pid)) >= 3, 10, "the tree to start")
+        victims: dict[int, int] = {}
+        ticks = start_ticks(root.pid)
+        assert ticks is not None
+        _with_descendants(victims, root.pid, ticks)
+        tree = {root.pid, *descendants(root.pid)}
+        assert set(victims) == tree
+
+        def state(pid: int) -> str:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+        # SIGSTOP takes effect as each leaves the kernel: stopped within moments, all of them
+        wait_until(lambda: {state(pid) for pid in tree} == {"T"}, 10, "every process stopped")
+        assert victims[root.pid] == ticks
+        gone: dict[int, int] = {}
+        _with_descendants(gone, root.pid, ticks + 1)  # another process's start time: untouched
+        assert gone == {}
+    finally:
+        kill_tree(root.pid)
+        root.wait()

@@ -125,6 +125,19 @@ class _Candidate:
     cmdline: bytes
 
 
+def _real_uid(pid: int) -> int | None:
+    """The process's real user (not /proc/PID's owner, which is root for a non-dumpable
+    process such as a CRIU with file capabilities); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Uid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _candidates(not_before: int, session: int, uid: int) -> dict[int, _Candidate]:
     """Live processes started at or after ``not_before`` ticks, in ``session`` and owned
     by ``uid``: only these can be a child the dead harness forked (a child keeps its
@@ -141,14 +154,28 @@ def _candidates(not_before: int, session: int, uid: int) -> dict[int, _Candidate
         ticks = int(fields[19])
         if ticks < not_before:
             continue
+        if _real_uid(pid) != uid:
+            continue
         try:
-            if os.stat(f"/proc/{pid}").st_uid != uid:
-                continue
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
                 found[pid] = _Candidate(ticks, fh.read())
         except OSError:
             continue
     return found
+
+
+SPAWN_ENV = "CKPT_POC_SPAWN"  # names one spawn of one reaper: REAPER_PID.SPAWN_ID
+
+
+def _carries_token(pid: int, token: bytes) -> bool:
+    """The process's environment names this spawn (inherited through unshare, setsid and
+    exec): the same command line started by another harness does not. An environment that
+    cannot be read (a non-dumpable process of another owner) is not taken as ours."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            return token in b"\0" + fh.read()
+    except OSError:
+        return False
 
 
 @dataclass
@@ -158,6 +185,7 @@ class _Expectation:
 
     cmdline: bytes
     not_before: int
+    token: bytes  # SPAWN_ENV's entry in its environment, between NULs
     misses: int = 0
 
 
@@ -166,12 +194,47 @@ class _Expectation:
 EXPECT_MISSES = 2
 
 
+def _stop(pid: int, ticks: int) -> bool:
+    """SIGSTOP ``pid`` if it is still the process started at ``ticks`` (checked through a
+    pidfd, so a reused pid is never signalled); False if it is gone."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return False
+    except OSError:  # no pidfds (a kernel before 5.3): the start time checked just before
+        if start_ticks(pid) != ticks:
+            return False
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGSTOP)
+        return True
+    try:
+        if start_ticks(pid) != ticks:
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGSTOP)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _with_descendants(victims: dict[int, int], pid: int, ticks: int) -> None:
-    """Add ``pid`` (started at ``ticks``) and every live process below it to ``victims``."""
+    """Add ``pid`` (started at ``ticks``) and every live process below it to ``victims``,
+    each stopped first: a process stopped cannot fork, so no child of the tree is born
+    between this walk and the kill to escape it (`unshare --fork`'s child leaves the session
+    and, its parent killed, is nobody's descendant)."""
+    if not _stop(pid, ticks):
+        return
     victims[pid] = ticks
-    for kid in descendants(pid):
-        if (kid_ticks := start_ticks(kid)) is not None:
-            victims[kid] = kid_ticks
+    while True:
+        new = {}
+        for kid in descendants(pid):
+            kid_ticks = None if kid in victims else start_ticks(kid)
+            if kid_ticks is not None and _stop(kid, kid_ticks):
+                new[kid] = kid_ticks
+        if not new:
+            return
+        victims.update(new)  # walked again: a kid may have forked before it was stopped
 
 
 def kill_tree(pid: int) -> None:
@@ -211,7 +274,8 @@ def _reap_when_harness_dies(log_path: str, session: int) -> None:
             elif words[0] == "unpidfile":
                 pidfiles.pop(" ".join(words[1:]), None)
             elif words[0] == "expect":
-                expected[words[1]] = _Expectation(bytes.fromhex(words[3]), int(words[2]))
+                token = f"\0{SPAWN_ENV}={os.getpid()}.{words[1]}\0".encode()
+                expected[words[1]] = _Expectation(bytes.fromhex(words[3]), int(words[2]), token)
             elif words[0] == "unexpect":
                 expected.pop(words[1], None)
             elif words[0] == "harness":
@@ -232,8 +296,9 @@ def _reap_when_harness_dies(log_path: str, session: int) -> None:
                 if seen.ticks < wanted.not_before:
                     continue
                 if seen.cmdline == wanted.cmdline:
-                    found = True
-                    _with_descendants(victims, pid, seen.ticks)
+                    if _carries_token(pid, wanted.token):
+                        found = True
+                        _with_descendants(victims, pid, seen.ticks)
                 elif seen.cmdline in (harness_cmdline, b""):
                     may_become = True
             wanted.misses = 0 if found or may_become else wanted.misses + 1
@@ -246,17 +311,16 @@ def _reap_when_harness_dies(log_path: str, session: int) -> None:
         for path, not_before in pidfiles.items():
             try:
                 pid = int(Path(path).read_text().strip())
-                owner = os.stat(f"/proc/{pid}").st_uid
             except (OSError, ValueError):
                 continue
             ticks = start_ticks(pid)
             if (
                 ticks is not None
                 and ticks >= not_before
-                and owner == uid
+                and _real_uid(pid) == uid
                 and _is_pid_namespace_init(pid)
             ):
-                victims[pid] = ticks
+                _with_descendants(victims, pid, ticks)
         if not victims and not expected:
             break
         for pid, ticks in victims.items():
@@ -348,17 +412,21 @@ class RunReaper:
             # The reaper finds an untracked child by the harness's session: it must keep it.
             raise ValueError("a spawned process stays in the harness's session and group")
         spawn_id = next(self._spawns)
+        env = dict(popen.pop("env", None) or os.environ)
+        env[SPAWN_ENV] = f"{self._proc.pid}.{spawn_id}"  # this spawn's, not another harness's
         not_before = boot_ticks()
         cmdline = b"".join(os.fsencode(word) + b"\0" for word in argv)
         self._send(f"expect {spawn_id} {not_before} {cmdline.hex()}")
         if pidfile is not None:
             self._send(f"pidfile {pidfile} {not_before}")
         try:
-            proc = subprocess.Popen(argv, **popen)
-        except BaseException:
+            proc = subprocess.Popen(argv, env=env, **popen)
+        except (OSError, subprocess.SubprocessError):
             with contextlib.suppress(ProcessError):  # never started: nothing to look for
                 self._send(f"unexpect {spawn_id}")
             raise
+        # Anything else (an interrupt inside Popen, after its fork) keeps the expectation: a
+        # child may run, tracked nowhere, and the reaper still ends it with the run.
         try:
             self.track(proc.pid)
         except BaseException:  # the reaper is gone: nothing would end it, so end it now
