@@ -26,7 +26,7 @@ from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import COMPLETE, Checkpoint, CriuCheckpointer
 from tasks.engine.clock import JOURNAL_FLUSH_S, EventRecorder, read_journal
-from tasks.engine.clusters.local import (
+from tasks.engine.clusters.reaper import (
     SPAWN_ENV,
     RunReaper,
     _candidates,
@@ -81,7 +81,8 @@ import os, subprocess, sys, time
 from pathlib import Path
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster, RunReaper
+from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.reaper import RunReaper
 
 def stall(self, slot, arm, pid, tag=""):
     print(pid, flush=True)

@@ -18,7 +18,8 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster, ProcessError
+from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.reaper import ProcessError
 from tasks.engine.interpreter import resolve_workload_argv
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.probes import LogProgressProbe, wait_ready

@@ -33,7 +33,8 @@ from typing import Any
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import WorkloadProcess, child_pids
+from tasks.engine.clusters.local import WorkloadProcess
+from tasks.engine.clusters.reaper import child_pids
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
 from tasks.engine.slurm_notice import NoticeCheckpoint, restarts, resume_spec
 

@@ -36,7 +36,8 @@ from pathlib import Path
 
 from tasks.data.datasets import CYCLE_MOMENTS
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess, descendants
+from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.reaper import descendants
 
 POLL_S = 0.0005
 RUN_ON_S = 0.5  # a periodic cycle: how long the copy runs on between its dump and the fault

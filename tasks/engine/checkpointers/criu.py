@@ -36,7 +36,8 @@ from tasks.data.fingerprint import criu_binary
 from tasks.engine.checkpointers import open_files
 from tasks.engine.checkpointers.criu_failure import criu_failure_cause
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.local import LocalCluster, RunReaper, WorkloadProcess, kill_tree
+from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.reaper import RunReaper, kill_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 

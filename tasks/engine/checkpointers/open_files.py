@@ -38,7 +38,7 @@ _O_ACCMODE, _O_WRONLY, _O_APPEND = 0o3, 0o1, 0o2000
 
 def _tree(root: int) -> list[int]:
     """``root`` and every descendant (through each thread's children). The same walk as
-    clusters/local.py's ``descendants``, kept here: this file runs alone, stdlib only,
+    clusters/reaper.py's ``descendants``, kept here: this file runs alone, stdlib only,
     inside CRIU's freeze, where importing the package would cost frozen time."""
     seen, todo = [], [root]
     while todo:
