@@ -126,17 +126,26 @@ def test_paged_windows_union_is_the_history_once(rest) -> None:
     """A job running across a window edge comes back in both windows and is kept once."""
     url, env = rest
     job = slurm_cluster.submit("#!/bin/bash\nsleep 4\n", "--job-name=rest-edge", env=env)
-    row = slurm_cluster.wait_state(job, {"COMPLETED"}, 60, env=env)[-1]
-    begun = dt.datetime.fromisoformat(row["Start"])  # sacct prints local time: TZ is UTC here
-    edge = begun + dt.timedelta(seconds=2)  # inside the job's 4 s
-    # Windows begin at start - TZ_PAD: the first one ends at the edge.
-    start = edge + TZ_PAD - dt.timedelta(days=1)
+    slurm_cluster.wait_state(job, {"COMPLETED"}, 60, env=env)
     client = RestClient(url, slurm_cluster.jwt_token(env), "nobody", 30)
     path = "/slurmdb/v0.0.38/jobs"
-    for a, b in ((edge - dt.timedelta(days=1), edge), (edge, edge + dt.timedelta(days=1))):
+
+    def served(a: dt.datetime, b: dt.datetime) -> dict[str, dict]:
         query = {"start_time": f"{a:%Y-%m-%dT%H:%M:%S}", "end_time": f"{b:%Y-%m-%dT%H:%M:%S}"}
-        served = client.get_json(path, query)["jobs"]
-        assert job in {str(j["job_id"]) for j in served}, (a, b)  # in both windows
+        return {str(j["job_id"]): j for j in client.get_json(path, query)["jobs"]}
+
+    # The edge from slurmdbd's own times, not sacct's text: a window holds a job eligible
+    # before its end and not ended before its start, so an edge strictly between the job's
+    # eligible time and its end puts it in both windows (slurmrestd reads local time: UTC).
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    times = served(now - dt.timedelta(days=1), now + dt.timedelta(days=1))[job]["time"]
+    eligible, ended = times["eligible"], times["end"]
+    assert ended - eligible >= 2, times  # a 4 s job
+    edge = dt.datetime.fromtimestamp((eligible + ended + 1) // 2, dt.UTC).replace(tzinfo=None)
+    # Windows begin at start - TZ_PAD: the first one ends at the edge.
+    start = edge + TZ_PAD - dt.timedelta(days=1)
+    for a, b in ((edge - dt.timedelta(days=1), edge), (edge, edge + dt.timedelta(days=1))):
+        assert job in served(a, b), (a, b, times)  # in both windows
     data, requests = read_slurmrestd(client, start, start + dt.timedelta(days=2), window_days=1)
     whole, one = read_slurmrestd(client, start, start + dt.timedelta(days=2), window_days=4)
     assert requests == 4 and one == 1
