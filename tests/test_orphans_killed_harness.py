@@ -31,6 +31,7 @@ from tasks.engine.clusters.reaper import (
     RunReaper,
     _candidates,
     _carries_token,
+    _stat_fields,
     _with_descendants,
     boot_ticks,
     descendants,
@@ -527,11 +528,11 @@ def test_a_tree_is_stopped_before_it_is_walked() -> None:
         tree = {root.pid, *descendants(root.pid)}
         assert set(victims) == tree
 
-        def state(pid: int) -> str:
-            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        def states() -> set[str]:
+            return {(_stat_fields(pid) or ["gone"])[0] for pid in tree}
 
         # SIGSTOP takes effect as each leaves the kernel: stopped within moments, all of them
-        wait_until(lambda: {state(pid) for pid in tree} == {"T"}, 10, "every process stopped")
+        wait_until(lambda: states() == {"T"}, 10, "every process stopped")
         assert victims[root.pid] == ticks
         gone: dict[int, int] = {}
         _with_descendants(gone, root.pid, ticks + 1)  # another process's start time: untouched

@@ -212,11 +212,11 @@ def parse_block(
         raw = bytes(block)
         # sacct prints a carriage return inside a field (a job name) as it is; pyarrow would
         # end the row there, so each one not ending a line reads as a space.
-        text = _LONE_CR.sub(b" ", raw) if b"\r" in raw else raw
+        text, crs = _LONE_CR.subn(b" ", raw) if b"\r" in raw else (raw, 0)
         good_lines, quarantine, padded, short_rows = _classify_lines(
             text, layout, first_line, pseudonymiser
         )
-        if padded is not None or text is not raw:
+        if padded is not None or crs:
             table, _ = _read_either(padded or text, layout, formats)
         lines = pa.array(good_lines, pa.int64())
     else:

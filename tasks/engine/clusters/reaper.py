@@ -88,17 +88,22 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _is_pid_namespace_init(pid: int) -> bool:
-    """Pid 1 of its own PID namespace: what every workload copy (launched or restored) is."""
+def _status_values(pid: int, key: str) -> list[str] | None:
+    """The values of one line of /proc/PID/status (``key`` with its colon); None if gone."""
     try:
         with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
             for line in fh:
-                if line.startswith("NSpid:"):
-                    ids = line.split()[1:]
-                    return len(ids) > 1 and ids[-1] == "1"
+                if line.startswith(key):
+                    return line.split()[1:]
     except OSError:
         pass
-    return False
+    return None
+
+
+def _is_pid_namespace_init(pid: int) -> bool:
+    """Pid 1 of its own PID namespace: what every workload copy (launched or restored) is."""
+    ids = _status_values(pid, "NSpid:") or []
+    return len(ids) > 1 and ids[-1] == "1"
 
 
 def boot_ticks() -> int:
@@ -119,14 +124,8 @@ class _Candidate:
 def _real_uid(pid: int) -> int | None:
     """The process's real user (not /proc/PID's owner, which is root for a non-dumpable
     process such as a CRIU with file capabilities); None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("Uid:"):
-                    return int(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+    uids = _status_values(pid, "Uid:")
+    return int(uids[0]) if uids else None
 
 
 def _candidates(not_before: int, session: int, uid: int) -> dict[int, _Candidate]:
@@ -155,7 +154,12 @@ def _candidates(not_before: int, session: int, uid: int) -> dict[int, _Candidate
     return found
 
 
-SPAWN_ENV = "CKPT_POC_SPAWN"  # names one spawn of one reaper: REAPER_PID.SPAWN_ID
+SPAWN_ENV = "CKPT_POC_SPAWN"  # names one spawn of one reaper
+
+
+def spawn_token(reaper_pid: int, spawn_id: int | str) -> str:
+    """SPAWN_ENV's value for one spawn: the harness sets it, the reaper looks for it."""
+    return f"{reaper_pid}.{spawn_id}"
 
 
 def _carries_token(pid: int, token: bytes) -> bool:
@@ -189,24 +193,24 @@ def _stop(pid: int, ticks: int) -> bool:
     """SIGSTOP ``pid`` if it is still the process started at ``ticks`` (checked through a
     pidfd, so a reused pid is never signalled); False if it is gone."""
     try:
-        fd = os.pidfd_open(pid)
+        fd: int | None = os.pidfd_open(pid)
     except ProcessLookupError:
         return False
     except OSError:  # no pidfds (a kernel before 5.3): the start time checked just before
-        if start_ticks(pid) != ticks:
-            return False
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGSTOP)
-        return True
+        fd = None
     try:
         if start_ticks(pid) != ticks:
             return False
-        signal.pidfd_send_signal(fd, signal.SIGSTOP)
+        if fd is None:
+            os.kill(pid, signal.SIGSTOP)
+        else:
+            signal.pidfd_send_signal(fd, signal.SIGSTOP)
         return True
     except OSError:
         return False
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
 
 
 def _with_descendants(victims: dict[int, int], pid: int, ticks: int) -> None:
@@ -266,7 +270,7 @@ def _read_orders(lines: Iterable[bytes]) -> _Orders:
             elif words[0] == "unpidfile":
                 orders.pidfiles.pop(" ".join(words[1:]), None)
             elif words[0] == "expect":
-                token = f"\0{SPAWN_ENV}={os.getpid()}.{words[1]}\0".encode()
+                token = f"\0{SPAWN_ENV}={spawn_token(os.getpid(), words[1])}\0".encode()
                 wanted = _Expectation(bytes.fromhex(words[3]), int(words[2]), token)
                 orders.expected[words[1]] = wanted
             elif words[0] == "unexpect":
@@ -427,8 +431,9 @@ class RunReaper:
             # The reaper finds an untracked child by the harness's session: it must keep it.
             raise ValueError("a spawned process stays in the harness's session and group")
         spawn_id = next(self._spawns)
-        env = dict(popen.pop("env", None) or os.environ)
-        env[SPAWN_ENV] = f"{self._proc.pid}.{spawn_id}"  # this spawn's, not another harness's
+        given = popen.pop("env", None)
+        env = dict(os.environ if given is None else given)
+        env[SPAWN_ENV] = spawn_token(self._proc.pid, spawn_id)  # not another harness's
         not_before = boot_ticks()
         cmdline = b"".join(os.fsencode(word) + b"\0" for word in argv)
         self._send(f"expect {spawn_id} {not_before} {cmdline.hex()}")
