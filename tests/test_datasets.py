@@ -233,3 +233,23 @@ def test_a_dead_gx_worker_falls_back_to_validating_in_process() -> None:
     assert [(c.expectation, c.column) for c in checks if not c.success] == [
         ("expect_column_values_to_not_be_null", "gate")
     ]
+
+
+def test_the_gx_worker_is_started_for_a_big_input_or_with_cores_to_spare(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tasks.data import gates
+
+    monkeypatch.delenv("CKPT_POC_GX_WORKER", raising=False)
+    big, small = gates._WORKER_MIN_INPUT_BYTES, gates._WORKER_MIN_INPUT_BYTES - 1
+    monkeypatch.setattr(gates, "usable_cpus", lambda: 2)
+    assert gates._worker_wanted(big)
+    assert not gates._worker_wanted(small)
+    assert not gates._worker_wanted(None)
+    monkeypatch.setattr(gates, "usable_cpus", lambda: 4)
+    assert gates._worker_wanted(small) and gates._worker_wanted(None)
+    monkeypatch.setenv("CKPT_POC_GX_WORKER", "0")
+    assert not gates._worker_wanted(big)
+    monkeypatch.setenv("CKPT_POC_GX_WORKER", "1")
+    monkeypatch.setattr(gates, "usable_cpus", lambda: 1)
+    assert gates._worker_wanted(small)

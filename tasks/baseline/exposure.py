@@ -288,25 +288,32 @@ def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
     link[1:] |= same_key[1:] & follows
     del follows, same_key
     group = np.cumsum(~link) - 1  # contiguous and increasing in sorted order
+    del link
     # A chain is a linked group holding at least two distinct job ids.
     distinct_jobs = np.bincount(group, weights=(~same_job).astype(np.int64))
-    in_chain = distinct_jobs[group] >= 2
-    members = in_chain & ~same_job
+    in_chain = np.flatnonzero(distinct_jobs[group] >= 2)  # sorted positions
+    del distinct_jobs
+    group = group[in_chain]
+    members = ~same_job[in_chain]
+    del same_job
     chain_groups, starts = np.unique(group[members], return_index=True)
     if not len(starts):
         return [], chain_of, []
-    ids = pc.cast(alloc.column("job_id"), pa.string()).take(pa.array(order[members])).to_pylist()
+    member_rows = order[in_chain[members]]
     # Chains in the order their first allocation was submitted; each a slice of the members'
     # ids (np.split made an array per chain: a second for 344 k chains).
-    first_submit = s[members][starts]
+    first_submit = s[in_chain[members]][starts]
+    del s
     by_time = np.argsort(first_submit, kind="stable")
-    ends = [*starts[1:].tolist(), len(ids)]
-    bounds = starts.tolist()
     rank_of_group = np.empty(len(chain_groups), dtype=np.int64)
     rank_of_group[by_time] = np.arange(len(chain_groups))
-    pos = np.searchsorted(chain_groups, group)
-    found = in_chain & (pos < len(chain_groups))
-    chain_of[order[found]] = rank_of_group[pos[found]]
+    # Every linked group of a chain holds a member: its group is among chain_groups.
+    chain_of[order[in_chain]] = rank_of_group[np.searchsorted(chain_groups, group)]
+    del order, in_chain, group, members, rank_of_group, chain_groups
+    ids = pc.cast(alloc.column("job_id"), pa.string()).take(pa.array(member_rows)).to_pylist()
+    del member_rows
+    ends = [*starts[1:].tolist(), len(ids)]
+    bounds = starts.tolist()
     return (
         [ids[bounds[i] : ends[i]] for i in by_time.tolist()],
         chain_of,
@@ -319,9 +326,13 @@ def rank_candidates(
 ) -> pd.DataFrame:
     """Workloads (account, job name) ranked by exposed GPU-hours, then by recurrence."""
     h = hours or _hours(alloc)
-    account, accounts = _codes(alloc.column("account"))
+    workload, accounts = _codes(alloc.column("account"))
     name, names = _codes(alloc.column("job_name"))
-    keys, inverse = _dense(account * len(names) + name)
+    workload *= len(names)  # in place: at 5 M rows each row-length copy is 40 MB
+    workload += name
+    del name
+    keys, inverse = _dense(workload)
+    del workload
     k = len(keys)
     exposed_state = np.array([s in EXPOSED_STATES for s in h.states])[h.state_codes]
     timeout_state = np.array([s == "TIMEOUT" for s in h.states])[h.state_codes]
@@ -335,8 +346,13 @@ def rank_candidates(
             "allocations": np.bincount(inverse, minlength=k).astype(np.int64),
             "node_hours": np.bincount(inverse, h.node_hours, minlength=k),
             "gpu_hours": np.bincount(inverse, h.gpu_hours, minlength=k),
-            "exposed_gpu_hours": np.bincount(inverse, h.gpu_hours * exposed_state, minlength=k),
-            "timeout_gpu_hours": np.bincount(inverse, h.gpu_hours * timeout_state, minlength=k),
+            # Over the rows in the state, not all rows weighted 0 or 1: no row-length copies.
+            "exposed_gpu_hours": np.bincount(
+                inverse[exposed_state], h.gpu_hours[exposed_state], minlength=k
+            ),
+            "timeout_gpu_hours": np.bincount(
+                inverse[timeout_state], h.gpu_hours[timeout_state], minlength=k
+            ),
             "exposed_allocations": np.bincount(inverse, exposed_state, minlength=k).astype(
                 np.int64
             ),
@@ -402,11 +418,11 @@ class ExposurePart:
 def exposure_part(jobs: Jobs, with_chains: bool = True) -> ExposurePart:
     """``with_chains=False`` where the dump lacks what chains need: none are looked for."""
     alloc, duplicates = allocations_only(jobs)
-    hours = _hours(alloc)
     if with_chains:
         chains, chain_of, first = find_chains(alloc)
     else:
         chains, chain_of, first = [], np.full(alloc.num_rows, -1, dtype=np.int64), []
+    hours = _hours(alloc)  # after the chains: not held through their peak (5 M rows: 100 MB)
     return ExposurePart(
         by_state=exposure_by_state(alloc, hours),
         chains=list(zip(first, chains, strict=True)),

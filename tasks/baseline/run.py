@@ -368,8 +368,8 @@ def run_baseline(
     else:
         anchor = file_anchor(source) if Path(source).is_file() else None
     reading = _Reading(delimiter, sacct_format, anchor)
-    # GX imports in its worker while the dump is parsed.
-    with stream, warmed(), stage_allocator():
+    # GX imports in its worker while a big dump is parsed.
+    with stream, warmed(size), stage_allocator():
         if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:
             result = _run_dask(stream, source, pseudonymiser, plan, ctx, reading)
         else:
