@@ -7,12 +7,13 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import random
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from tasks.baseline import fields, sacct_json
+from tasks.baseline import fields, sacct_json, sacct_json_fast
 from tasks.baseline.dump_layout import SACCT_FIELDS
 from tasks.baseline.run import BaselineResult, run_baseline
 from tasks.data.errors import AccountingError
@@ -298,6 +299,21 @@ def _paths(value: object, path: tuple = ()) -> list[tuple]:
     return [path]
 
 
+def _odd_variants(job: dict, rng: random.Random, n: int = 40) -> list[dict]:
+    """``n`` copies of ``job``, each with one or two values swapped for odd ones."""
+    variants = []
+    for _ in range(n):
+        variant = copy.deepcopy(job)
+        for _ in range(rng.choice((1, 2))):
+            *parents, leaf = rng.choice(_paths(variant)[1:])
+            holder = variant
+            for key in parents:
+                holder = holder[key]
+            holder[leaf] = copy.deepcopy(rng.choice(ODD_VALUES))
+        variants.append(variant)
+    return variants
+
+
 def test_the_fast_reading_gives_job_rows_rows_or_leaves_the_job_to_it() -> None:
     """Every fixture job, and each with values swapped for odd ones: where fast_job_rows
     gives rows they are job_rows's (which reads the job), else it says NotCommon."""
@@ -308,17 +324,7 @@ def test_the_fast_reading_gives_job_rows_rows_or_leaves_the_job_to_it() -> None:
     rng = random.Random(20)
     accepted = 0
     for job in _all_fixture_jobs():
-        variants = [job]
-        for _ in range(40):
-            variant = copy.deepcopy(job)
-            for _ in range(rng.choice((1, 2))):
-                *parents, leaf = rng.choice(_paths(variant)[1:])
-                holder = variant
-                for key in parents:
-                    holder = holder[key]
-                holder[leaf] = copy.deepcopy(rng.choice(ODD_VALUES))
-            variants.append(variant)
-        for variant in variants:
+        for variant in [job, *_odd_variants(job, rng)]:
             try:
                 rows = sacct_json_fast.fast_job_rows(variant)
             except (sacct_json.NotCommon, KeyError):
@@ -326,6 +332,33 @@ def test_the_fast_reading_gives_job_rows_rows_or_leaves_the_job_to_it() -> None:
             accepted += 1
             assert rows == sacct_json.job_rows(variant), variant
     assert accepted > 100  # the common shapes are read fast, not all left to job_rows
+
+
+def test_the_typed_reading_gives_job_rows_rows_or_leaves_the_chunk_to_orjson() -> None:
+    """Every fixture job and its odd variants, each alone in a chunk and in every layout:
+    where sacct_json_typed answers, its rows are job_rows's; a chunk holding one job it does
+    not take is not answered at all (orjson's dicts and fast_job_rows read it)."""
+    from tasks.baseline import sacct_json_typed
+
+    rng = random.Random(21)
+    accepted: dict[str, int] = {}
+    for version in VERSIONS:
+        jobs = json.loads((FIXTURES / f"{version}.json").read_text())["jobs"]
+        for job in jobs:
+            for variant in [job, *_odd_variants(job, rng, 20)]:
+                for indent in (None, 2):
+                    chunk = json.dumps([variant], indent=indent).encode()
+                    rows = sacct_json_typed.chunk_rows(chunk)
+                    if rows is None:
+                        continue
+                    accepted[version] = accepted.get(version, 0) + 1
+                    assert rows == [sacct_json.job_rows(variant)], variant
+                    assert all(type(r) is sacct_json_fast.Converted for r in rows)
+        # A chunk is taken whole or not at all: one odd job leaves the others to orjson.
+        odd = {**jobs[0], "state": {"current": ["RUNNING", "REQUEUED"]}}
+        assert sacct_json_typed.chunk_rows(json.dumps([*jobs, odd]).encode()) is None
+    # The shape Slurm writes from v0.0.40 (25.11's v0.0.44 included) is the one it reads.
+    assert all(accepted.get(v, 0) > 10 for v in VERSIONS if v >= "v0.0.40"), accepted
 
 
 def _layouts(doc: dict) -> dict[str, str]:
