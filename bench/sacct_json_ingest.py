@@ -167,12 +167,25 @@ def write_json(psv: Path, out: Path) -> tuple[int, int]:
 
 def child(path: str) -> None:
     """One baseline run in this process: prints its seconds, peak RSS and summary."""
+    from tasks.baseline import run
     from tasks.baseline.run import run_baseline
     from tasks.data.plan import load_plan
     from tasks.data.runctx import make_run_context
 
     data = CACHE / f"data-{os.getpid()}"
     plan = load_plan(PLAN).model_copy(update={"data_dir": str(data)})
+    opening = run.open_accounting
+    read_s = 0.0
+
+    def timed_open(*args: Any, **kwargs: Any) -> Any:  # a JSON document is converted here
+        nonlocal read_s
+        t = time.perf_counter()
+        try:
+            return opening(*args, **kwargs)
+        finally:
+            read_s = time.perf_counter() - t
+
+    run.open_accounting = timed_open
     t = time.perf_counter()
     result = run_baseline(plan, make_run_context(plan, PLAN), sacct_file=path, use_dask=False)
     secs = time.perf_counter() - t
@@ -182,6 +195,7 @@ def child(path: str) -> None:
         json.dumps(
             {
                 "seconds": secs,
+                "read_s": read_s,
                 "peak_mib": peak,
                 "rows_read": s["rows_read"],
                 "quarantined": s["rows_quarantined"],
@@ -215,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=int, default=200_000, help="rows of the -P dump")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=3, help="runs of each (default 3)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -228,15 +243,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {jobs:,} jobs ({steps:,} steps) as JSON in {time.perf_counter() - t:.1f}s")
     print(f"-P   {psv.stat().st_size / 2**20:8.0f} MiB  {psv.name}")
     print(f"JSON {doc.stat().st_size / 2**20:8.0f} MiB  {doc.name}")
-    psv_r, json_r = run_child(psv), run_child(doc)
+    # Rounds in alternating order (-P first, then JSON first, ...): a machine that slows
+    # down half-way weighs on both. Every run is printed; the ratio is of the medians.
+    runs: dict[str, list[dict[str, Any]]] = {"-P": [], "JSON": []}
+    for i in range(args.rounds):
+        order = (("-P", psv), ("JSON", doc)) if i % 2 == 0 else (("JSON", doc), ("-P", psv))
+        for name, path in order:
+            runs[name].append(run_child(path))
+    for name, rs in runs.items():
+        for i, r in enumerate(rs, start=1):
+            print(
+                f"{name:5} run {i}: {r['seconds']:6.1f} s (opening the input "
+                f"{r['read_s']:5.1f} s)  peak {r['peak_mib']:5.0f} MiB (own "
+                f"{r['self_peak_mib']:.0f}, tree polled {r['tree_peak_mib']:.0f})"
+            )
+    psv_r, json_r = (_median(runs[name]) for name in ("-P", "JSON"))
     for name, r in (("-P", psv_r), ("JSON", json_r)):
         print(
-            f"{name:5} {r['seconds']:7.1f} s  peak {r['peak_mib']:7.0f} MiB (own "
-            f"{r['self_peak_mib']:.0f}, tree polled {r['tree_peak_mib']:.0f})  rows "
-            f"{r['rows_read']:,}  quarantined {r['quarantined']:,}  allocations "
-            f"{r['allocations']:,}"
+            f"{name:5} median {r['seconds']:6.1f} s (opening {r['read_s']:4.1f} s)  peak "
+            f"{r['peak_mib']:7.0f} MiB  rows {r['rows_read']:,}  quarantined "
+            f"{r['quarantined']:,}  allocations {r['allocations']:,}"
         )
-    problems = disagreements(psv_r, json_r)
+    pairs = zip(runs["-P"], runs["JSON"], strict=True)
+    problems = [problem for a, b in pairs for problem in disagreements(a, b)]
     for problem in problems:
         print(f"DISAGREE: {problem}")
     ratio = json_r["seconds"] / psv_r["seconds"]
@@ -247,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     if not problems:
         print("agreement: -P and JSON give the same states, node/GPU-hours, exposure and chains")
     return 1 if problems else 0
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run of median seconds (of an even number, the slower middle one)."""
+    return sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
 
 
 def disagreements(psv: dict[str, Any], doc: dict[str, Any]) -> list[str]:
