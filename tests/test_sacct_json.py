@@ -405,6 +405,30 @@ def test_a_document_the_chunks_cannot_take_is_read_whole_by_the_standard_library
     assert sacct_json.convert_sacct_json(text, "x.json") == _slow_conversion(monkeypatch, text)
 
 
+def test_jobs_holding_many_nested_lists_are_still_cut_into_chunks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 25.11 job's steps carry TRES lists (requested and consumed: min, max, average,
+    total), hundreds of ``},{`` before the job's own end, all written alike: the separator
+    between jobs is still learnt (each distinct one tried once), so the document is cut into
+    chunks, not read whole by the slow reader, and reads as the slow reader reads it."""
+    doc = json.loads((FIXTURES / "v0.0.44.json").read_text())
+    usage = [{"type": "cpu", "name": "", "id": i, "count": i} for i in range(40)]
+    for job in doc["jobs"]:
+        for step in job.get("steps") or []:
+            step["tres_usage"] = {"requested": {"max": usage, "min": usage}, "consumed": usage}
+    doc["jobs"] = doc["jobs"] * 3
+    monkeypatch.setattr(sacct_json_fast, "CHUNK_BYTES", 1)  # a cut after every job
+    for indent in (None, 2):
+        text = json.dumps(doc, indent=indent)
+        assert text.count("}, {" if indent is None else "},", 0, len(text) // 36) > 64
+        # More than the last job left to the tail reader: the document was not cut.
+        monkeypatch.setattr(sacct_json_fast, "_TAIL_BYTES", len(text) // 10)
+        list(sacct_json_fast.fast_jobs(text.encode(), {}, lambda tail, top: iter([])))
+        expected = _slow_conversion(monkeypatch, text)
+        assert sacct_json.convert_sacct_json(text.encode(), "x.json") == expected
+
+
 def test_a_document_whose_separator_stops_is_read_whole_not_copied(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -148,11 +148,24 @@ def _head(head: bytes) -> dict[str, Any]:
 
 def _between_jobs(data: bytes, pos: int) -> bytes | None:
     """The bytes this document writes between two jobs, learnt from its first two; None
-    when there is no second job (or it is not found soon)."""
-    candidates = _BETWEEN.finditer(data, pos, pos + (1 << 20))
-    for _, between in zip(range(8 * _TRIES), candidates, strict=False):
-        if _parses(data, pos, between.start() + between.group(0).index(b"}") + 1) is not None:
-            return between.group(0)
+    when there is no second job (or it is not found soon).
+
+    A separator is tried at up to _TRIES places: a job of Slurm 25.11 with its steps' TRES
+    lists holds hundreds of ``},{`` between nested objects before its own end, all written
+    alike (the same indent, the same first key), and trying every place in turn never
+    reached the job's end (such documents were read whole by the slow reader). A nested
+    list whose objects open with the jobs' own first key is written as the jobs are: that
+    separator is tried again at its next places."""
+    tries: dict[bytes, int] = {}
+    for between in _BETWEEN.finditer(data, pos, pos + (1 << 20)):
+        text = between.group(0)
+        if tries.get(text, 0) == _TRIES:
+            continue
+        if sum(tries.values()) == 8 * _TRIES:
+            break
+        tries[text] = tries.get(text, 0) + 1
+        if _parses(data, pos, between.start() + text.index(b"}") + 1) is not None:
+            return text
     return None
 
 
