@@ -43,7 +43,13 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO
 
 from tasks.baseline.dump_layout import SACCT_FIELDS
-from tasks.baseline.sacct_json_fast import NotCommon, Unchunked, fast_job_rows, fast_jobs
+from tasks.baseline.sacct_json_fast import (
+    NotCommon,
+    Unchunked,
+    fast_job_rows,
+    fast_jobs,
+    step_row_text,
+)
 from tasks.data.errors import AccountingError
 
 log = logging.getLogger(__name__)
@@ -333,28 +339,22 @@ def _step_row(
     nodes = _dict(step.get("nodes"), f"{path}.nodes")
     start = epoch_text(t.get("start"), f"{path}.time.start")
     tres = _dict(step.get("tres"), f"{path}.tres").get("allocated")
-    fields = [
-        f"{shown}.{suffix}",
-        f"{job_id}.{suffix}",
+    return step_row_text(
+        shown,
+        job_id,
+        suffix,
         cluster,
-        "",
-        "",
         account,
         _text(ident.get("name"), f"{path}.step.name"),
         state_text(step.get("state"), f"{path}.state"),
         exit_text(step.get("exit_code"), f"{path}.exit_code"),
         start,
-        start,
         epoch_text(t.get("end"), f"{path}.time.end"),
-        "",
         str(number(t.get("elapsed"), f"{path}.time.elapsed") or 0),
-        "",
         str(number(nodes.get("count"), f"{path}.nodes.count") or 0),
-        "",
         tres_text(tres, f"{path}.tres.allocated"),
         _text(nodes.get("range"), f"{path}.nodes.range"),
-    ]
-    return "|".join(fields)
+    )
 
 
 def unreadable_row(index: int, path: str) -> str:

@@ -451,8 +451,43 @@ def _step_row(step: Any, shown: str, job_id: str, cluster: str, account: str) ->
     t, ident, nodes, state, exit_code, tres = _STEP_KEYS(step)
     if type(t) is not dict or type(ident) is not dict or type(nodes) is not dict:
         raise NotCommon
-    suffix = _step_suffix(ident.get("id"))
-    start = _epoch_text(t.get("start"))
+    return step_row_text(
+        shown,
+        job_id,
+        _step_suffix(ident.get("id")),
+        cluster,
+        account,
+        _text(ident.get("name")),
+        _state(state),
+        _exit(exit_code),
+        _epoch_text(t.get("start")),
+        _epoch_text(t.get("end")),
+        str(_number(t.get("elapsed")) or 0),
+        str(_number(nodes.get("count")) or 0),
+        _tres(tres),
+        _text(nodes.get("range")),
+    )
+
+
+def step_row_text(
+    shown: str,
+    job_id: str,
+    suffix: str,
+    cluster: str,
+    account: str,
+    name: str,
+    state: str,
+    exit_code: str,
+    start: str,
+    end: str,
+    elapsed: str,
+    nodes: str,
+    tres: str,
+    node_list: str,
+) -> str:
+    """A step's row in sacct_json.HEADER's order, from its fields' texts: a step has no
+    partition, user, elapsed text, limit or CPU count of its own, and its start stands for
+    its submit."""
     return "|".join(
         (
             f"{shown}.{suffix}",
@@ -461,19 +496,19 @@ def _step_row(step: Any, shown: str, job_id: str, cluster: str, account: str) ->
             "",
             "",
             account,
-            _text(ident.get("name")),
-            _state(state),
-            _exit(exit_code),
+            name,
+            state,
+            exit_code,
             start,
             start,
-            _epoch_text(t.get("end")),
+            end,
             "",
-            str(_number(t.get("elapsed")) or 0),
+            elapsed,
             "",
-            str(_number(nodes.get("count")) or 0),
+            nodes,
             "",
-            _tres(tres),
-            _text(nodes.get("range")),
+            tres,
+            node_list,
         )
     )
 

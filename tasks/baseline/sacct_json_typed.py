@@ -34,6 +34,7 @@ from tasks.baseline.sacct_json_fast import (
     _text,
     _time_limit,
     _tres_of,
+    step_row_text,
 )
 
 # An int64: msgspec reads ints past orjson's 64 bits, which orjson (whose reading this must
@@ -212,30 +213,21 @@ def _job_rows(job: _Job) -> list[str]:
 def _step_row(step: _Step, shown: str, job_id: str, cluster: str, account: str) -> str:
     """sacct_json_fast._step_row for a typed step."""
     t, ident, nodes = step.time, step.step, step.nodes
-    suffix = _step_suffix(ident.id)
-    start = _epoch_text(_number(t.start))
-    return "|".join(
-        (
-            f"{shown}.{suffix}",
-            f"{job_id}.{suffix}",
-            cluster,
-            "",
-            "",
-            account,
-            _text(ident.name),
-            _text_of(step.state, _STATE_TEXT, _state),
-            _text_of(step.exit_code, _EXIT_TEXT, _exit_text),
-            start,
-            start,
-            _epoch_text(_number(t.end)),
-            "",
-            str(_number(t.elapsed) or 0),
-            "",
-            str(_number(nodes.count) or 0),
-            "",
-            _text_of(step.tres, _TRES_TEXT, _tres_of),
-            _text(nodes.range),
-        )
+    return step_row_text(
+        shown,
+        job_id,
+        _step_suffix(ident.id),
+        cluster,
+        account,
+        _text(ident.name),
+        _text_of(step.state, _STATE_TEXT, _state),
+        _text_of(step.exit_code, _EXIT_TEXT, _exit_text),
+        _epoch_text(_number(t.start)),
+        _epoch_text(_number(t.end)),
+        str(_number(t.elapsed) or 0),
+        str(_number(nodes.count) or 0),
+        _text_of(step.tres, _TRES_TEXT, _tres_of),
+        _text(nodes.range),
     )
 
 
