@@ -150,10 +150,10 @@ def write_document(jobs: int, out: Path) -> None:
 def child(way: str, path: str, out: str) -> None:
     """One conversion in this process; prints its seconds and peak, writes the PSV to out."""
     os.environ["CKPT_POC_JSON_WORKERS"] = "1"
-    from tasks.baseline import sacct_json, sacct_json_typed
+    from tasks.baseline import sacct_json, sacct_json_fast
 
     if way == "orjson":
-        sacct_json_typed.chunk_rows = lambda chunk: None  # type: ignore[assignment]
+        sacct_json_fast.chunk_rows = lambda chunk: None  # type: ignore[assignment]
     elif way == "stdlib":
         sacct_json.fast_jobs = _unchunked  # type: ignore[assignment]
         sacct_json.fast_job_rows = _not_common  # type: ignore[assignment]

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from tasks.baseline.sacct_json_fast import (
+from tasks.baseline.sacct_json_values import (
     _MEMO_MAX,
     Converted,
     NotCommon,
@@ -135,7 +135,7 @@ def _loads(raw: bytes) -> Any:
 
 
 def _number(value: _Number) -> int | None:
-    """sacct_json_fast._number for a typed value."""
+    """sacct_json_values._number for a typed value."""
     if type(value) is int or value is None:
         return value
     if value.infinite is False:  # type: ignore[union-attr]
