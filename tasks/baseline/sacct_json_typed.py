@@ -22,7 +22,6 @@ import msgspec
 import orjson
 
 from tasks.baseline.sacct_json_values import (
-    _MEMO_MAX,
     Converted,
     NotCommon,
     _array_or_het_id,
@@ -107,7 +106,7 @@ class _Job(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(list[_Job])
 
 # A field's raw JSON → its text, one table a field; bounded as sacct_json_fast's.
-_SHOWN_ID: dict[tuple[bytes, bytes], str | None] = {}
+_SHOWN_ID: dict[bytes, str | None] = {}  # None: the job's own id
 _EXIT_TEXT: dict[bytes, str] = {}
 _TRES_TEXT: dict[bytes, str] = {}
 _STATE_TEXT: dict[bytes, str] = {}
@@ -154,13 +153,11 @@ _UNSEEN = object()
 
 
 def _shown_id(array: msgspec.Raw, het: msgspec.Raw, job_id: str) -> str:
-    key = (bytes(array), bytes(het))
+    # NUL never stands bare in JSON: the two raw values joined by it are one unambiguous key.
+    key = bytes(array) + b"\0" + bytes(het)
     shown = _SHOWN_ID.get(key, _UNSEEN)
     if shown is _UNSEEN:
-        shown = _array_or_het_id(_loads(key[0]), _loads(key[1]))
-        if len(_SHOWN_ID) >= _MEMO_MAX:
-            _SHOWN_ID.clear()
-        _SHOWN_ID[key] = shown
+        shown = _memo(_SHOWN_ID, key, _array_or_het_id(_loads(bytes(array)), _loads(bytes(het))))
     return job_id if shown is None else shown  # type: ignore[return-value]
 
 
@@ -201,7 +198,8 @@ def _job_rows(job: _Job) -> list[str]:
     # The text fields as they are, unless one holds a separator or a newline (one check of
     # the row, not six): then as _text writes them.
     if row.count("|") != _SEPARATORS or "\n" in row:
-        for i, value in _text_fields(job):
+        texts = (job.cluster, job.partition, job.user, job.account, job.name, job.nodes)
+        for i, value in zip((2, 3, 4, 5, 6, 18), texts, strict=True):
             fields[i] = _text(value)
         row = "|".join(fields)
     cluster, account = fields[2], fields[5]
@@ -228,16 +226,4 @@ def _step_row(step: _Step, shown: str, job_id: str, cluster: str, account: str) 
         str(_number(nodes.count) or 0),
         _text_of(step.tres, _TRES_TEXT, _tres_of),
         _text(nodes.range),
-    )
-
-
-def _text_fields(job: _Job) -> tuple[tuple[int, str | None], ...]:
-    """The text fields' places in a row, and their values."""
-    return (
-        (2, job.cluster),
-        (3, job.partition),
-        (4, job.user),
-        (5, job.account),
-        (6, job.name),
-        (18, job.nodes),
     )
