@@ -101,3 +101,28 @@ def test_a_failed_gate_leaves_no_jobs_file_nor_temp_file(tmp_path: Path) -> None
     data = tmp_path / "data"
     assert not list(data.rglob("jobs/*/*.parquet")), "no jobs file published"
     assert not [p.name for p in data.rglob("*") if p.name.endswith(".tmp")], "no temp file"
+
+
+def test_an_error_in_exposure_leaves_no_jobs_file_nor_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The jobs are written and gated beside the exposure: when the exposure fails, the write
+    and the gate are waited for and the temp files removed; nothing is published."""
+    import tasks.baseline.run as run_module
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("exposure broke")
+
+    monkeypatch.setattr(run_module, "compute_exposure", broken)
+    dump = tmp_path / "history.psv"
+    _history(dump, n=200)
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
+    )
+    with pytest.raises(RuntimeError, match="exposure broke"):
+        run_baseline(
+            plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), sacct_file=str(dump)
+        )
+    data = tmp_path / "data"
+    assert not list(data.rglob("*.parquet")), "nothing published"
+    assert not [p.name for p in data.rglob("*") if p.name.endswith(".tmp")], "no temp file"
