@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.baseline.exposure import _dense, compute_exposure, find_chains
+from tasks.baseline.exposure import _dense, _repeated_numbers, compute_exposure, find_chains
 
 
 def job(
@@ -138,3 +138,20 @@ def test_chains_per_workload_count_distinct_chains() -> None:
     assert sorted(exp.chains) == [["1", "2"], ["3", "4"], ["5", "6"]]
     chains = dict(zip(exp.candidates["workload"], exp.candidates["chains"], strict=True))
     assert chains == {"a/n": 2, "a/m": 1}
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        [7],
+        [5, 3, 5, 9, 3, 3, 1],  # dense: a count per id
+        [-4, 2, -4, 0],  # below zero, still dense
+        [1, 10**15, 1, 2**62, 10**15],  # sparse: the hash table
+        list(np.random.default_rng(3).integers(0, 50_000, 20_000)),
+    ],
+)
+def test_repeated_numbers_marks_what_occurs_twice_as_pandas_would(values: list[int]) -> None:
+    ids = np.array(values, dtype=np.int64)
+    expected = pd.Series(ids).duplicated(keep=False).to_numpy()
+    assert _repeated_numbers(ids).tolist() == expected.tolist()

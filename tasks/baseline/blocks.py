@@ -308,6 +308,16 @@ def _blank_to_null(a: pa.Array) -> pa.Array:
     return pc.if_else(pc.equal(a, ""), pa.scalar(None, a.type), a)
 
 
+def _where_given(part: pa.Array, value: pa.Array) -> pa.Array:
+    """``value`` where the job id's ``part`` is given, else null. Most blocks have no het
+    job and many no array task: their column is then all null without a copy of ``value``
+    (if_else keeps the text of the rows it nulls: at 5 M rows 53 MB a column, against 19)."""
+    given = pc.not_equal(part, "")
+    if not pc.any(given).as_py():
+        return pa.nulls(len(value), value.type)
+    return pc.if_else(given, value, pa.scalar(None, value.type))
+
+
 def _identity(rows: _Rows, id_field: str) -> dict[str, pa.Array]:
     """The job, array, het and step columns, by one JobID grammar for allocations, steps,
     array tasks and het components."""
@@ -321,13 +331,12 @@ def _identity(rows: _Rows, id_field: str) -> dict[str, pa.Array]:
     base, task, het, step = (pc.struct_field(parts, f) for f in ("base", "task", "het", "step"))
     job_id_raw_col, _ = as_utf8(rows.raw("JobIDRaw"))
     raw_base = pc.replace_substring_regex(pc.fill_null(job_id_raw_col, ""), r"\..*$", "")
-    null_str = pa.scalar(None, pa.string())
     return {
         "job_id": job_id,
         "job_id_raw": pc.if_else(pc.equal(raw_base, ""), base, raw_base),
-        "array_job_id": pc.if_else(pc.equal(task, ""), null_str, base),
+        "array_job_id": _where_given(task, base),
         "array_task_id": _blank_to_null(task),
-        "het_job_id": pc.if_else(pc.equal(het, ""), null_str, base),
+        "het_job_id": _where_given(het, base),
         "het_offset": pc.cast(_blank_to_null(het), pa.int64()),
         "step": map_distinct(_blank_to_null(step), _untruncated_step, pa.string()),
         "is_allocation": pc.equal(step, ""),

@@ -152,8 +152,22 @@ def _repeats(col: pa.ChunkedArray) -> np.ndarray:
     """Mask of rows whose value occurs more than once."""
     ids = _numeric_ids(col)
     if ids is not None and not col.null_count:
-        return pd.Series(ids).duplicated(keep=False).to_numpy()
-    return pd.Series(_codes(col)[0]).duplicated(keep=False).to_numpy()
+        return _repeated_numbers(ids)
+    return _repeated_numbers(_codes(col)[0])
+
+
+def _repeated_numbers(values: np.ndarray) -> np.ndarray:
+    """Mask of the values that occur more than once. Slurm numbers jobs in sequence, so their
+    ids span a range not much wider than their count: a count per id in that range (at 5 M
+    rows 40 MB) instead of a hash table (pandas' duplicated: a few times that, and slower)."""
+    if values.size == 0:
+        return np.zeros(0, dtype=bool)
+    low, high = int(values.min()), int(values.max())
+    if high - low >= 4 * values.size + (1 << 16):
+        return pd.Series(values).duplicated(keep=False).to_numpy()
+    offsets = values - low
+    counts = np.bincount(offsets, minlength=high - low + 1)
+    return counts[offsets] > 1
 
 
 def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:

@@ -115,7 +115,10 @@ def ingest_stream(
         short_rows += block.short_rows
         fields, time_formats = block.fields, block.time_formats
         _add_counts(gpu_sources, block.gpu_sources)
-    jobs = pa.concat_tables(tables) if tables else _empty_jobs()
+    # One dictionary per column across the blocks: exposure needs them so, and unified here
+    # the blocks' own index buffers are freed before its peak, not held beside its copies.
+    jobs = pa.concat_tables(tables).unify_dictionaries() if tables else _empty_jobs()
+    del tables
     return Ingested(
         jobs, quarantine, rows_read, source, fields, gpu_sources, time_formats, short_rows
     )
