@@ -126,3 +126,34 @@ def test_an_error_in_exposure_leaves_no_jobs_file_nor_temp_file(
     data = tmp_path / "data"
     assert not list(data.rglob("*.parquet")), "nothing published"
     assert not [p.name for p in data.rglob("*") if p.name.endswith(".tmp")], "no temp file"
+
+
+def test_the_jobs_files_hold_the_declared_types_and_the_run_stamp(tmp_path: Path) -> None:
+    """The run's stamp is held as one-value dictionaries while the stage runs; its files hold
+    the declared types (integers plain, strings dictionary-encoded) on both paths, and read
+    back as declared with every row stamped."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tasks.data.datasets import JOBS
+    from tasks.data.store import read_dataset
+
+    dump = tmp_path / "history.psv"
+    _history(dump, n=300)
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
+    )
+    for use_dask in (False, True):
+        ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
+        result = run_baseline(plan, ctx, sacct_file=str(dump), use_dask=use_dask)
+        for path in result.written["jobs"]:
+            schema = pq.read_schema(path)
+            for name in ("fp_cores", "fp_mem_bytes", "fp_gpu_count"):
+                assert schema.field(name).type == pa.int64(), (path, name)
+            assert pa.types.is_dictionary(schema.field("run_id").type)
+        rows = read_dataset(
+            JOBS, data_dir=plan.data_dir, poc=plan.poc, run_id=ctx.run_id, include_uncommitted=True
+        )
+        assert len(rows) > 0
+        assert (rows["fp_cores"] == ctx.fingerprint["fp_cores"]).all()
+        assert (rows["run_id"] == ctx.run_id).all()

@@ -173,17 +173,18 @@ def _empty_jobs() -> pa.Table:
 def stamp_jobs(jobs: pa.Table, ctx: RunContext) -> pa.Table:
     """Add run identity and fingerprint columns to parsed job rows.
 
-    Each is one value for the whole run: a dictionary array of one entry costs four bytes a
-    row, where a plain repeated string would cost its full length a row.
+    Each is one value for the whole run: a dictionary array of that one value, every column
+    over the same buffer of zero indices, costs four bytes a row for all of them together,
+    where a repeated value would cost its full size a row per column (at 5 M rows the three
+    integer ones alone were 120 MB, held through the exposure). Writing casts each file's
+    rows to the declared types.
     """
     zeros = pa.array(np.zeros(jobs.num_rows, dtype=np.int32))
     for name, value in ctx.stamp().items():
         declared = JOBS.column(name).type
-        if pa.types.is_string(declared):
-            column = pa.DictionaryArray.from_arrays(zeros, pa.array([value], pa.string()))
-        else:
-            column = pa.repeat(pa.scalar(value, declared), jobs.num_rows)
-        jobs = jobs.append_column(name, column)
+        jobs = jobs.append_column(
+            name, pa.DictionaryArray.from_arrays(zeros, pa.array([value], declared))
+        )
     return jobs
 
 

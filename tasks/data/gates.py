@@ -278,6 +278,8 @@ def _out_of_range(
     values: pa.ChunkedArray, low: float | None, high: float | None
 ) -> tuple[int, list[Any]]:
     """(rows below ``low`` or above ``high``, a few of those values); bounds are inclusive."""
+    if pa.types.is_dictionary(values.type):  # a run's stamp: one value over every row
+        values = values.cast(values.type.value_type)
     limits = pc.min_max(values)
     lo, hi = limits["min"].as_py(), limits["max"].as_py()
     if lo is None or ((low is None or lo >= low) and (high is None or hi <= high)):

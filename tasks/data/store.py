@@ -42,12 +42,13 @@ def conform(table: pa.Table | pd.DataFrame, spec: DatasetSpec) -> pa.Table:
             f"missing {sorted(want - have)}, unexpected {sorted(have - want)}"
         )
     table = table.select(spec.column_names).replace_schema_metadata(None)
-    # Dictionary-encoded strings stay encoded (smaller in memory and on disk); readers get
-    # the declared plain string type back.
+    # Dictionary-encoded values of the declared type stay encoded (smaller in memory and on
+    # disk; a run's constant stamp is never a full column): Parquet gives other types than
+    # strings back plain, and readers get the declared plain types.
     target = pa.schema(
         [
             table.schema.field(f.name)
-            if pa.types.is_string(f.type) and _is_dict_of_strings(table.schema.field(f.name).type)
+            if _is_dictionary_of(table.schema.field(f.name).type, f.type)
             else f
             for f in spec.arrow_schema
         ],
@@ -59,8 +60,8 @@ def conform(table: pa.Table | pd.DataFrame, spec: DatasetSpec) -> pa.Table:
         raise DatasetError(f"dataset {spec.name}: {exc}") from exc
 
 
-def _is_dict_of_strings(t: pa.DataType) -> bool:
-    return pa.types.is_dictionary(t) and pa.types.is_string(t.value_type)
+def _is_dictionary_of(t: pa.DataType, value_type: pa.DataType) -> bool:
+    return pa.types.is_dictionary(t) and t.value_type == value_type
 
 
 def _write_temp(table: pa.Table, target: Path, metadata: Mapping[str, str]) -> Path:
