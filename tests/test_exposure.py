@@ -103,6 +103,21 @@ def test_resubmission_chains() -> None:
     assert list(chain_of[:4]) == [0, 0, 0, -1]
 
 
+def test_one_job_id_on_two_clusters_is_two_jobs_of_a_chain() -> None:
+    """Job ids are per cluster: the same id on another cluster is another job (a
+    resubmission there), while on one cluster it is a requeue of the same job."""
+    one_cluster = frame(
+        job("7", "FAILED", "2026-01-01 00:00", "2026-01-01 01:00"),
+        job("7", "COMPLETED", "2026-01-01 02:00", "2026-01-01 03:00"),
+    )
+    assert find_chains(one_cluster)[0] == []
+    two_clusters = frame(
+        job("7", "FAILED", "2026-01-01 00:00", "2026-01-01 01:00", cluster="east"),
+        job("7", "COMPLETED", "2026-01-01 02:00", "2026-01-01 03:00", cluster="west"),
+    )
+    assert find_chains(two_clusters)[0] == [["7", "7"]]
+
+
 def test_submitted_before_the_failure_ended_is_not_a_resubmission() -> None:
     jobs = frame(
         job("1", "FAILED", "2026-01-01 00:00", "2026-01-01 05:00"),
