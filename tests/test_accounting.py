@@ -272,3 +272,45 @@ def test_parser_never_crashes_and_counts_reconcile(rows: list[str], header: bool
     assert read == parsed + len(quarantine)
     assert all(q.reason for q in quarantine)
     assert read <= non_empty + 1
+
+
+_BLOCK_INPUTS = [
+    b"",
+    b"a|b\n",
+    b"a|b\nc|d",  # the last line without its newline
+    b"h\n" + b"x" * 5000 + b"\nshort\n\n\nlast",  # a line longer than a block, empty lines
+    b"".join(b"%d|%s\n" % (i, b"y" * (i % 37)) for i in range(3000)),
+]
+
+
+def _blocks_of(stream: io.BufferedIOBase, start: int, block_bytes: int) -> list[tuple]:
+    stream.seek(start)
+    views = list(acct.iter_blocks(stream, block_bytes))
+    # Read only now: a mapped block given back by then must read the same again.
+    return [(bytes(view), line, newlines) for view, line, newlines in views]
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    data=st.sampled_from(_BLOCK_INPUTS),
+    block_bytes=st.sampled_from([1, 7, 64, 4096, 1 << 20]),
+    start=st.integers(0, 3),
+)
+def test_blocks_are_the_same_from_a_mapped_file_a_bytesio_and_a_pipe(
+    tmp_path_factory, data: bytes, block_bytes: int, start: int
+) -> None:
+    """A regular file is read as mapped pages and a BytesIO from its value, anything else by
+    reads: every way gives the same newline-aligned blocks, line numbers and newline counts,
+    from the stream's position on."""
+    start = min(start, len(data))
+    path = tmp_path_factory.mktemp("blocks") / "dump.psv"
+    path.write_bytes(data)
+    with open(path, "rb") as mapped:
+        from_file = _blocks_of(mapped, start, block_bytes)
+    from_bytesio = _blocks_of(io.BytesIO(data), start, block_bytes)
+    reader = io.BufferedReader(io.BytesIO(data))  # not a file: read as a stream
+    from_reads = _blocks_of(reader, start, block_bytes)
+    assert from_file == from_bytesio == from_reads
+    assert b"".join(block for block, _, _ in from_reads) == data[start:]
+    for block, _, _ in from_reads[:-1]:
+        assert block.endswith(b"\n")
