@@ -157,3 +157,26 @@ def test_the_jobs_files_hold_the_declared_types_and_the_run_stamp(tmp_path: Path
         assert len(rows) > 0
         assert (rows["fp_cores"] == ctx.fingerprint["fp_cores"]).all()
         assert (rows["run_id"] == ctx.run_id).all()
+
+
+def test_the_jobs_files_keep_statistics_where_a_reader_filters(tmp_path: Path) -> None:
+    """Min/max statistics for the run id (read_dataset filters on it) and every plain column;
+    none for the dictionary-encoded text no reader filters on (their min and max cost the
+    writer a decode of every row)."""
+    import pyarrow.parquet as pq
+
+    dump = tmp_path / "history.psv"
+    _history(dump, n=300)
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
+    )
+    ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
+    path = run_baseline(plan, ctx, sacct_file=str(dump)).written["jobs"][0]
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    with_stats = {
+        group.column(i).path_in_schema
+        for i in range(group.num_columns)
+        if group.column(i).is_stats_set and group.column(i).statistics.has_min_max
+    }
+    assert {"run_id", "submit", "end", "elapsed_s", "gpus", "job_id"} <= with_stats
+    assert not {"job_name", "node_list", "user", "state_raw"} & with_stats
