@@ -113,6 +113,8 @@ def _bytes_in_place(stream: io.BufferedIOBase) -> tuple[memoryview, mmap.mmap | 
         info = os.fstat(stream.fileno())
         if stat.S_ISREG(info.st_mode) and info.st_size > 0:
             # Unmapped when the last view goes; closing the file does not end the mapping.
+            # As with any mapped reader, a file truncated while it is read would end the
+            # process (SIGBUS): a dump is written once, then read.
             mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
             return memoryview(mapped), mapped
     return None
