@@ -287,18 +287,7 @@ def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
     del k
     s, e = submit[order], end[order]
     del submit, end
-    # Same job (a requeue): neighbours with the same cluster and raw id.
-    raw_ids = _numeric_ids(alloc.column("job_id_raw"))
-    raw = raw_ids[order] if raw_ids is not None else _codes(alloc.column("job_id_raw"))[0][order]
-    same_job = np.zeros(n, dtype=bool)
-    same_job[1:] = same_key[1:] & (raw[1:] == raw[:-1])
-    del raw, raw_ids
-    cluster_codes, clusters = _codes(alloc.column("cluster"))
-    if len(clusters) > 2 or alloc.column("cluster").null_count:  # more than one: compare
-        cluster = cluster_codes[order]
-        same_job[1:] &= cluster[1:] == cluster[:-1]
-        del cluster
-    del cluster_codes
+    same_job = _same_job(alloc, order, same_key)
     # A resubmission: same key, the previous one did not complete, submitted 0-24 h after
     # it ended (both times known).
     gap = s[1:] - e[:-1]
@@ -341,6 +330,21 @@ def find_chains(alloc: Jobs) -> tuple[list[list[str]], np.ndarray, list[int]]:
         chain_of,
         first_submit[by_time].tolist(),
     )
+
+
+def _same_job(alloc: pa.Table, order: np.ndarray, same_key: np.ndarray) -> np.ndarray:
+    """Which allocations, in ``order``, are another attempt (a requeue) of the one before:
+    the same workload key, raw job id and cluster."""
+    raw_ids = _numeric_ids(alloc.column("job_id_raw"))
+    raw = raw_ids[order] if raw_ids is not None else _codes(alloc.column("job_id_raw"))[0][order]
+    same_job = np.zeros(len(order), dtype=bool)
+    same_job[1:] = same_key[1:] & (raw[1:] == raw[:-1])
+    del raw, raw_ids
+    cluster_codes, clusters = _codes(alloc.column("cluster"))
+    if len(clusters) > 2 or alloc.column("cluster").null_count:  # more than one: compare
+        cluster = cluster_codes[order]
+        same_job[1:] &= cluster[1:] == cluster[:-1]
+    return same_job
 
 
 def rank_candidates(
