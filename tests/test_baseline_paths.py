@@ -9,7 +9,7 @@ import pytest
 
 from tasks.baseline.run import run_baseline
 from tasks.data.errors import GateFailed
-from tasks.data.plan import load_plan
+from tasks.data.plan import Plan, load_plan
 from tasks.data.runctx import make_run_context
 from tests.conftest import HEADER, REPO
 
@@ -39,12 +39,17 @@ def _history(path: Path, n: int = 3000, seed: int = 7) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def _demo_plan(tmp_path: Path) -> Plan:
+    """The demo plan, writing under ``tmp_path / "data"``."""
+    return load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
+    )
+
+
 def test_memory_and_dask_paths_agree(tmp_path: Path) -> None:
     dump = tmp_path / "history.psv"
     _history(dump)
-    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
-        update={"data_dir": str(tmp_path / "data")}
-    )
+    plan = _demo_plan(tmp_path)
     results = [
         run_baseline(
             plan,
@@ -72,9 +77,7 @@ def test_an_empty_history_is_refused_by_the_gate(tmp_path: Path) -> None:
 
     dump = tmp_path / "empty.psv"
     dump.write_text(HEADER + "\n")
-    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
-        update={"data_dir": str(tmp_path / "data")}
-    )
+    plan = _demo_plan(tmp_path)
     with pytest.raises(GateFailed, match="input_has_rows on jobs"):
         run_baseline(
             plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), sacct_file=str(dump)
@@ -91,9 +94,7 @@ def test_a_failed_gate_leaves_no_jobs_file_nor_temp_file(tmp_path: Path) -> None
     lines = dump.read_text().splitlines()
     lines[1:301] = [line.replace("|2026-10-", "|20X6-10-", 2) for line in lines[1:301]]
     dump.write_text("\n".join(lines) + "\n")
-    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
-        update={"data_dir": str(tmp_path / "data")}
-    )
+    plan = _demo_plan(tmp_path)
     with pytest.raises(GateFailed, match="quarantined_share"):
         run_baseline(
             plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), sacct_file=str(dump)
@@ -116,9 +117,7 @@ def test_an_error_in_exposure_leaves_no_jobs_file_nor_temp_file(
     monkeypatch.setattr(run_module, "compute_exposure", broken)
     dump = tmp_path / "history.psv"
     _history(dump, n=200)
-    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
-        update={"data_dir": str(tmp_path / "data")}
-    )
+    plan = _demo_plan(tmp_path)
     with pytest.raises(RuntimeError, match="exposure broke"):
         run_baseline(
             plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), sacct_file=str(dump)
@@ -140,9 +139,7 @@ def test_the_jobs_files_hold_the_declared_types_and_the_run_stamp(tmp_path: Path
 
     dump = tmp_path / "history.psv"
     _history(dump, n=300)
-    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
-        update={"data_dir": str(tmp_path / "data")}
-    )
+    plan = _demo_plan(tmp_path)
     for use_dask in (False, True):
         ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
         result = run_baseline(plan, ctx, sacct_file=str(dump), use_dask=use_dask)
@@ -167,9 +164,7 @@ def test_the_jobs_files_keep_statistics_where_a_reader_filters(tmp_path: Path) -
 
     dump = tmp_path / "history.psv"
     _history(dump, n=300)
-    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
-        update={"data_dir": str(tmp_path / "data")}
-    )
+    plan = _demo_plan(tmp_path)
     ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
     path = run_baseline(plan, ctx, sacct_file=str(dump)).written["jobs"][0]
     group = pq.ParquetFile(path).metadata.row_group(0)

@@ -154,9 +154,7 @@ def _numeric_ids(col: pa.ChunkedArray) -> np.ndarray | None:
 def _repeats(col: pa.ChunkedArray) -> np.ndarray:
     """Mask of rows whose value occurs more than once."""
     ids = _numeric_ids(col)
-    if ids is not None and not col.null_count:
-        return _repeated_numbers(ids)
-    return _repeated_numbers(_codes(col)[0])
+    return _repeated_numbers(ids if ids is not None and not col.null_count else _codes(col)[0])
 
 
 def _repeated_numbers(values: np.ndarray) -> np.ndarray:
