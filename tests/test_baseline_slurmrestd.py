@@ -10,6 +10,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tests import slurm_cluster
 pytestmark = pytest.mark.slurm
 
 SECRET = "ckpt-poc-test-slurm-jwt"
+JOBS_PATH = "/slurmdb/v0.0.38/jobs"
 
 
 def _save_secret(api_url: str, name: str, value: str) -> None:
@@ -59,6 +61,33 @@ def _all_text(data_dir: Path) -> str:
     return "\n".join(parts)
 
 
+def _windowed(client: RestClient, a: dt.datetime, b: dt.datetime) -> dict[str, dict]:
+    """slurmdbd's jobs of the window [a, b) (naive UTC), by job id."""
+    query = {"start_time": f"{a:%Y-%m-%dT%H:%M:%S}", "end_time": f"{b:%Y-%m-%dT%H:%M:%S}"}
+    return {str(j["job_id"]): j for j in client.get_json(JOBS_PATH, query)["jobs"]}
+
+
+def _wait_windowed(client: RestClient, jobs: set[str], timeout: float = 60.0) -> dict[str, dict]:
+    """The jobs of the day either side of now, once it holds each of ``jobs`` with its end.
+
+    ``sacct -j`` (wait_state) selects a job by id and submit time; a window selects it by
+    its eligible time (as_mysql_jobacct_process.c), a column written by another of
+    slurmctld's messages to slurmdbd. So the window is asked until it holds every job:
+    a lag there is waited for, not read as a missing job (CI once did: KeyError '13').
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+        got = _windowed(client, now - dt.timedelta(days=1), now + dt.timedelta(days=1))
+        if all(j in got and got[j]["time"]["end"] for j in jobs):
+            return got
+        if time.monotonic() > deadline:
+            by_id = {j: client.get_json(f"/slurmdb/v0.0.38/job/{j}")["jobs"] for j in jobs}
+            times = {j: [r["time"] for r in rows] for j, rows in by_id.items()}
+            raise AssertionError(f"not in the window after {timeout:.0f} s; by id: {times}")
+        time.sleep(0.5)
+
+
 def _submit_mix(env: dict[str, str]) -> dict[str, str]:
     """COMPLETED (1 GPU), FAILED (2 GPUs), CANCELLED: job id -> the state it ends in."""
     cases = {
@@ -76,6 +105,10 @@ def _submit_mix(env: dict[str, str]) -> dict[str, str]:
     subprocess.run(["scancel", cancel], env=env, check=True, timeout=30)
     for job, state in ids.items():
         slurm_cluster.wait_state(job, {state}, 60, env=env)
+    _wait_windowed(
+        RestClient(env[slurm_cluster.REST_URL_ENV], slurm_cluster.jwt_token(env), "nobody", 30),
+        set(ids),
+    )
     return ids
 
 
@@ -128,24 +161,18 @@ def test_paged_windows_union_is_the_history_once(rest) -> None:
     job = slurm_cluster.submit("#!/bin/bash\nsleep 4\n", "--job-name=rest-edge", env=env)
     slurm_cluster.wait_state(job, {"COMPLETED"}, 60, env=env)
     client = RestClient(url, slurm_cluster.jwt_token(env), "nobody", 30)
-    path = "/slurmdb/v0.0.38/jobs"
-
-    def served(a: dt.datetime, b: dt.datetime) -> dict[str, dict]:
-        query = {"start_time": f"{a:%Y-%m-%dT%H:%M:%S}", "end_time": f"{b:%Y-%m-%dT%H:%M:%S}"}
-        return {str(j["job_id"]): j for j in client.get_json(path, query)["jobs"]}
 
     # The edge from slurmdbd's own times, not sacct's text: a window holds a job eligible
     # before its end and not ended before its start, so an edge strictly between the job's
     # eligible time and its end puts it in both windows (slurmrestd reads local time: UTC).
-    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-    times = served(now - dt.timedelta(days=1), now + dt.timedelta(days=1))[job]["time"]
+    times = _wait_windowed(client, {job})[job]["time"]
     eligible, ended = times["eligible"], times["end"]
     assert ended - eligible >= 2, times  # a 4 s job
     edge = dt.datetime.fromtimestamp((eligible + ended + 1) // 2, dt.UTC).replace(tzinfo=None)
     # Windows begin at start - TZ_PAD: the first one ends at the edge.
     start = edge + TZ_PAD - dt.timedelta(days=1)
     for a, b in ((edge - dt.timedelta(days=1), edge), (edge, edge + dt.timedelta(days=1))):
-        assert job in served(a, b), (a, b, times)  # in both windows
+        assert job in _windowed(client, a, b), (a, b, times)  # in both windows
     data, requests = read_slurmrestd(client, start, start + dt.timedelta(days=2), window_days=1)
     whole, one = read_slurmrestd(client, start, start + dt.timedelta(days=2), window_days=4)
     assert requests == 4 and one == 1
