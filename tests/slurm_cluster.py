@@ -271,6 +271,28 @@ def accounted_jobs(env: Mapping[str, str]) -> list[str]:
     return out.split()
 
 
+def wait_windowed(job_ids: Iterable[str], env: Mapping[str, str], timeout: float = 60.0) -> None:
+    """Wait until a time window of the accounting holds each of ``job_ids``.
+
+    ``sacct -j`` (wait_state) selects a job by id and submit time; a window (``-S``/``-E``,
+    as the live baseline and slurmrestd read) selects it by its eligible time
+    (as_mysql_jobacct_process.c), a column written by another of slurmctld's messages to
+    slurmdbd. A lag there is waited for, not read as a missing job (CI once did).
+    """
+    wanted = set(job_ids)
+    deadline = time.monotonic() + timeout
+    while missing := wanted - set(accounted_jobs(env)):
+        if time.monotonic() > deadline:
+            rows = {
+                j: _run(
+                    ["sacct", "-X", "-n", "-P", "-j", j, "-o", "State,Submit,Eligible,End"], env
+                )
+                for j in sorted(missing)
+            }
+            raise SlurmClusterError(f"jobs not in a window after {timeout:.0f} s: {rows}")
+        time.sleep(0.5)
+
+
 # --- the job mix ------------------------------------------------------------------
 
 _SCRIPT = '#!/bin/bash\necho "job $SLURM_JOB_ID gpus=${{CUDA_VISIBLE_DEVICES:-none}}"\n{body}\n'
@@ -397,7 +419,7 @@ def submit_job_mix(env: Mapping[str, str]) -> list[dict]:
     on it), then the 2-GPU job; then the TIMEOUT job (1 GPU, --time=1, ends after
     75-90 s) is started and the rest run beside it (FAILED, CANCELLED and two REQUEUED,
     with and without --time, in parallel, then the train-chain). Returns when all are
-    final and in sacct.
+    final and in sacct, by id and in a window.
     """
     records = [_run_node_fail(env)]
     completed = _submit_case(
@@ -426,6 +448,7 @@ def submit_job_mix(env: Mapping[str, str]) -> list[dict]:
         records += [f.result() for f in futures]
     records += _run_chain(env)
     records.append(_finish(timeout, env, 180))
+    wait_windowed((r["job_id"] for r in records), env)
     return records
 
 

@@ -10,7 +10,6 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -67,27 +66,6 @@ def _windowed(client: RestClient, a: dt.datetime, b: dt.datetime) -> dict[str, d
     return {str(j["job_id"]): j for j in client.get_json(JOBS_PATH, query)["jobs"]}
 
 
-def _wait_windowed(client: RestClient, jobs: set[str], timeout: float = 60.0) -> dict[str, dict]:
-    """The jobs of the day either side of now, once it holds each of ``jobs`` with its end.
-
-    ``sacct -j`` (wait_state) selects a job by id and submit time; a window selects it by
-    its eligible time (as_mysql_jobacct_process.c), a column written by another of
-    slurmctld's messages to slurmdbd. So the window is asked until it holds every job:
-    a lag there is waited for, not read as a missing job (CI once did: KeyError '13').
-    """
-    deadline = time.monotonic() + timeout
-    while True:
-        now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
-        got = _windowed(client, now - dt.timedelta(days=1), now + dt.timedelta(days=1))
-        if all(j in got and got[j]["time"]["end"] for j in jobs):
-            return got
-        if time.monotonic() > deadline:
-            by_id = {j: client.get_json(f"/slurmdb/v0.0.38/job/{j}")["jobs"] for j in jobs}
-            times = {j: [r["time"] for r in rows] for j, rows in by_id.items()}
-            raise AssertionError(f"not in the window after {timeout:.0f} s; by id: {times}")
-        time.sleep(0.5)
-
-
 def _submit_mix(env: dict[str, str]) -> dict[str, str]:
     """COMPLETED (1 GPU), FAILED (2 GPUs), CANCELLED: job id -> the state it ends in."""
     cases = {
@@ -105,10 +83,7 @@ def _submit_mix(env: dict[str, str]) -> dict[str, str]:
     subprocess.run(["scancel", cancel], env=env, check=True, timeout=30)
     for job, state in ids.items():
         slurm_cluster.wait_state(job, {state}, 60, env=env)
-    _wait_windowed(
-        RestClient(env[slurm_cluster.REST_URL_ENV], slurm_cluster.jwt_token(env), "nobody", 30),
-        set(ids),
-    )
+    slurm_cluster.wait_windowed(ids, env=env)
     return ids
 
 
@@ -165,7 +140,9 @@ def test_paged_windows_union_is_the_history_once(rest) -> None:
     # The edge from slurmdbd's own times, not sacct's text: a window holds a job eligible
     # before its end and not ended before its start, so an edge strictly between the job's
     # eligible time and its end puts it in both windows (slurmrestd reads local time: UTC).
-    times = _wait_windowed(client, {job})[job]["time"]
+    slurm_cluster.wait_windowed([job], env=env)
+    now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
+    times = _windowed(client, now - dt.timedelta(days=1), now + dt.timedelta(days=1))[job]["time"]
     eligible, ended = times["eligible"], times["end"]
     assert ended - eligible >= 2, times  # a 4 s job
     edge = dt.datetime.fromtimestamp((eligible + ended + 1) // 2, dt.UTC).replace(tzinfo=None)
