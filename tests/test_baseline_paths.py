@@ -5,12 +5,17 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
+import tasks.baseline.run as run_module
 from tasks.baseline.run import run_baseline
+from tasks.data.datasets import JOBS
 from tasks.data.errors import GateFailed
 from tasks.data.plan import Plan, load_plan
 from tasks.data.runctx import make_run_context
+from tasks.data.store import read_dataset
 from tests.conftest import HEADER, REPO
 
 STATES = ["COMPLETED"] * 6 + ["FAILED", "TIMEOUT", "CANCELLED by 7", "NODE_FAIL", "REQUEUED"]
@@ -73,8 +78,6 @@ def test_memory_and_dask_paths_agree(tmp_path: Path) -> None:
 
 
 def test_an_empty_history_is_refused_by_the_gate(tmp_path: Path) -> None:
-    from tasks.data.errors import GateFailed
-
     dump = tmp_path / "empty.psv"
     dump.write_text(HEADER + "\n")
     plan = _demo_plan(tmp_path)
@@ -109,7 +112,6 @@ def test_an_error_in_exposure_leaves_no_jobs_file_nor_temp_file(
 ) -> None:
     """The jobs are written and gated beside the exposure: when the exposure fails, the write
     and the gate are waited for and the temp files removed; nothing is published."""
-    import tasks.baseline.run as run_module
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("exposure broke")
@@ -131,12 +133,6 @@ def test_the_jobs_files_hold_the_declared_types_and_the_run_stamp(tmp_path: Path
     """The run's stamp is held as one-value dictionaries while the stage runs; its files hold
     the declared types (integers plain, strings dictionary-encoded) on both paths, and read
     back as declared with every row stamped."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from tasks.data.datasets import JOBS
-    from tasks.data.store import read_dataset
-
     dump = tmp_path / "history.psv"
     _history(dump, n=300)
     plan = _demo_plan(tmp_path)
@@ -160,8 +156,6 @@ def test_the_jobs_files_keep_statistics_where_a_reader_filters(tmp_path: Path) -
     """Min/max statistics for the run id (read_dataset filters on it) and every plain column;
     none for the dictionary-encoded text no reader filters on (their min and max cost the
     writer a decode of every row)."""
-    import pyarrow.parquet as pq
-
     dump = tmp_path / "history.psv"
     _history(dump, n=300)
     plan = _demo_plan(tmp_path)

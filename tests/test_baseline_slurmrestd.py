@@ -135,12 +135,12 @@ def test_paged_windows_union_is_the_history_once(rest) -> None:
     url, env = rest
     job = slurm_cluster.submit("#!/bin/bash\nsleep 4\n", "--job-name=rest-edge", env=env)
     slurm_cluster.wait_state(job, {"COMPLETED"}, 60, env=env)
+    slurm_cluster.wait_windowed([job], env=env)
     client = RestClient(url, slurm_cluster.jwt_token(env), "nobody", 30)
 
     # The edge from slurmdbd's own times, not sacct's text: a window holds a job eligible
     # before its end and not ended before its start, so an edge strictly between the job's
     # eligible time and its end puts it in both windows (slurmrestd reads local time: UTC).
-    slurm_cluster.wait_windowed([job], env=env)
     now = dt.datetime.now(dt.UTC).replace(tzinfo=None)
     times = _windowed(client, now - dt.timedelta(days=1), now + dt.timedelta(days=1))[job]["time"]
     eligible, ended = times["eligible"], times["end"]

@@ -339,7 +339,8 @@ def _same_job(alloc: pa.Table, order: np.ndarray, same_key: np.ndarray) -> np.nd
     same_job[1:] = same_key[1:] & (raw[1:] == raw[:-1])
     del raw, raw_ids
     cluster_codes, clusters = _codes(alloc.column("cluster"))
-    if len(clusters) > 2 or alloc.column("cluster").null_count:  # more than one: compare
+    # Compared only where there can be two: _codes lists the nulls' code last.
+    if len(clusters) - 1 > 1 or alloc.column("cluster").null_count:
         cluster = cluster_codes[order]
         same_job[1:] &= cluster[1:] == cluster[:-1]
     return same_job
