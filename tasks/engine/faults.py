@@ -29,6 +29,7 @@ import contextlib
 import math
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -118,6 +119,18 @@ class SigkillGroup(_LocalSignal):
 NoticeHandler = Callable[[float], Event | None]
 
 
+FINISHED_DURING_NOTICE = "finished its work during the notice"
+
+
+def _finished(proc: WorkloadProcess) -> bool:
+    """The copy exited 0 of its own (its launcher, `unshare`, exits with its status)."""
+    if proc.launcher is None:
+        return False
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        return proc.launcher.wait(timeout=5) == 0
+    return False
+
+
 class SigtermGrace(FaultKind[LocalCluster, WorkloadProcess]):
     """A kill with a notice: a Kubernetes pod deletion (SIGTERM, SIGKILL after
     terminationGracePeriodSeconds) or a spot reclaim. At the notice (`fault_injected`) the
@@ -164,6 +177,8 @@ class SigtermGrace(FaultKind[LocalCluster, WorkloadProcess]):
             recorder.record(trial_id, proc.arm, "sigkill_sent", pid=proc.pid, pgid=pgid)
             how = "killed at the deadline"
             cluster.wait_gone(proc, timeout=5)
+        elif stopped is None and _finished(proc):
+            how = FINISHED_DURING_NOTICE  # ran to its end inside the grace period
         recorder.record(trial_id, proc.arm, "work_stopped", how=how or "ended", pid=proc.pid)
         return event
 

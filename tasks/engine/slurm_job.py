@@ -26,6 +26,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local import WorkloadProcess
 from tasks.engine.clusters.reaper import child_pids
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
+from tasks.engine.page_cache import drop_page_cache
 from tasks.engine.slurm_notice import NoticeCheckpoint, restarts, resume_spec
 
 
@@ -56,6 +58,12 @@ WORKLOAD_GONE_WAIT_S = 5.0
 def run(spec: dict[str, Any]) -> int:
     recorder = EventRecorder(None, jsonl=Path(spec["events"]))
     trial, arm, node = spec["trial_id"], spec["arm"], spec["node"]
+    if spec.get("fingerprint"):  # the node's, read here rather than on the harness's host
+        from tasks.data.fingerprint import collect_fingerprint
+
+        recorder.record(trial, arm, "node_fingerprint", **collect_fingerprint())
+    if spec.get("drop_caches"):  # before `job_started`: the drop is in no clock
+        recorder.record(trial, arm, "page_cache", state=drop_page_cache())
     # The job holds its resources from here: the moment `started` marks for recovery.
     restart = restarts()
     recorder.record(
@@ -90,12 +98,19 @@ def run(spec: dict[str, Any]) -> int:
         os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGTERM, signalled)
+    dump_arm = spec.get("checkpoint_arm", arm)
+    on_request = DumpOnRequest(recorder, trial, dump_arm) if spec.get("dump_on_signal") else None
     log = Path(spec["log"])
     # The checkpoint this attempt restores is never cleaned up as stale at start-up.
     protect = [Path(spec["restore_from"])] if spec["mode"] == "restore" else []
     criu = (
         CriuCheckpointer(
-            Path(spec["ckpt_root"]), int(spec["keep"]), recorder, trial, arm, protect=protect
+            Path(spec["ckpt_root"]),
+            int(spec["keep"]),
+            recorder,
+            trial,
+            spec.get("checkpoint_arm", arm),  # a cold start's native copy: its dump is managed
+            protect=protect,
         )
         if spec.get("checkpoint")
         else None
@@ -118,6 +133,8 @@ def run(spec: dict[str, Any]) -> int:
         ).start()
         if on_notice is not None:
             on_notice.arm_for(criu, proc, periodic)
+        if on_request is not None:
+            on_request.arm_for(criu, proc)
     rc = root.wait()
     recorder.record(trial, arm, "workload_exited", rc=rc)
     if on_notice is not None:
@@ -125,6 +142,37 @@ def run(spec: dict[str, Any]) -> int:
     if periodic is not None:
         periodic.stop()  # raises what ended the checkpoint thread, if anything did
     return rc
+
+
+class DumpOnRequest:
+    """SIGUSR2 (the harness's `scancel --batch --signal=USR2`): dump the copy once and let
+    CRIU end it, so the job ends with a complete checkpoint (cold start's ready copy). The
+    handler is in place before the workload starts (a request may come as soon as the copy
+    logs its first line); the dump runs in a thread once both the request and the copy are
+    there: a signal handler must not wait on CRIU."""
+
+    def __init__(self, recorder: EventRecorder, trial: str, arm: str) -> None:
+        self._recorder, self._trial, self._arm = recorder, trial, arm
+        self._asked = threading.Event()
+        self._target: tuple[CriuCheckpointer, WorkloadProcess] | None = None
+        self._lock = threading.Lock()
+        signal.signal(signal.SIGUSR2, lambda _signum, _frame: self._asked.set())
+        threading.Thread(target=self._dump_when_asked, name="dump-on-usr2", daemon=True).start()
+
+    def arm_for(self, criu: CriuCheckpointer, proc: WorkloadProcess) -> None:
+        self._target = (criu, proc)
+
+    def _dump_when_asked(self) -> None:
+        self._asked.wait()
+        self._recorder.record(self._trial, self._arm, "dump_requested")
+        while self._target is None:
+            time.sleep(0.005)
+        criu, proc = self._target
+        try:
+            criu.dump(proc, leave_running=False)
+        except CriuError as exc:
+            reason = str(exc).splitlines()[0][:500]
+            self._recorder.record(self._trial, self._arm, "dump_failed", reason=reason)
 
 
 def _start(

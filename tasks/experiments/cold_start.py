@@ -9,16 +9,15 @@ Two clocks, ended by the same probe (DESIGN §4):
 progress line the copy logs (for a training job: the first step it can compute, after its
 imports and data loading; after a restore: the first new step).
 
-Per repeat: launch natively and time it to ready; dump the ready copy (CRIU, left running),
-end it; restore that checkpoint and time it to ready; end it. Before each timed start the
-page cache is dropped where the host permits it (`/proc/sys/vm/drop_caches`, root), and
-each row records whether it was. Restore throughput is checkpoint bytes over the `criu
-restore` seconds.
+Per repeat, as the plan's cluster runs it (timed_runs_local.py, timed_runs_slurm.py):
+launch natively and time it to ready; dump the ready copy, end it; restore that checkpoint
+and time it to ready; end it. Before each timed start the page cache is dropped where the
+host permits it (`/proc/sys/vm/drop_caches`, root), and each row records whether it was.
+Restore throughput is checkpoint bytes over the `criu restore` seconds.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,36 +25,26 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-from tasks.engine.checkpointers.base import managed_checkpointer
-from tasks.engine.checkpointers.criu import CriuError, clean_dead_roots
-from tasks.engine.clock import Event, EventRecorder, span_s
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
-from tasks.engine.paths import copy_argv, run_folder
-from tasks.engine.preflight import log_tail, preflight_local
-from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.engine.checkpointers.criu import clean_dead_roots
+from tasks.engine.clock import Event, EventRecorder
+from tasks.engine.clusters.base import cluster_for
+from tasks.engine.paths import run_folder
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
-from tasks.experiments.clocks import clock_of, same_clock_check
+from tasks.experiments.clocks import same_clock_check
 from tasks.experiments.overhead import ensure_overhead_supports
 from tasks.experiments.results import ColdStartResult, Failure, Restore
 from tasks.experiments.stats import compare_speedup, fit_throughput
+from tasks.experiments.timed_runs_by_cluster import TIMED_RUNS
 from tasks.experiments.trials import (
-    LOG_TAIL,
     arms_differ_only_in_managed,
     as_trials,
     failures_of,
-    workload_hash,
 )
 
 GATE = "cold_start"
-DROP_CACHES = Path("/proc/sys/vm/drop_caches")
-
-
-class StartFailed(CkptPocError):
-    """A start that cannot give a number; its row says why."""
 
 
 @dataclass
@@ -67,129 +56,6 @@ class ColdStartRun:
     failures: list[dict[str, Any]]  # failed starts with the tail of the workload's log
 
 
-def drop_page_cache() -> str:
-    """'dropped' when the kernel's clean page cache was dropped, else 'warm'."""
-    os.sync()
-    try:
-        DROP_CACHES.write_text("3\n")
-    except OSError:
-        return "warm"
-    return "dropped"
-
-
-def _ready(
-    plan: Plan,
-    proc: WorkloadProcess,
-    probe: LogProgressProbe,
-    rec: EventRecorder,
-    trial: str,
-    arm: str,
-    after_offset: int,
-    timeout_s: float,
-) -> Event:
-    """Wait for the plan's ready signal; the `ready` event ends both clocks."""
-    if plan.workload.ready_probe:
-        if wait_ready(
-            plan.workload.ready_probe.url, rec, trial, arm, timeout=timeout_s, alive=proc.alive
-        ):
-            return rec.events(trial, arm, "ready")[-1]
-        raise StartFailed(f"{plan.workload.ready_probe.url} never answered 200 ({arm})")
-    seen = probe.wait_for(lambda s: s.offset > after_offset, timeout_s)
-    if seen is None:
-        raise StartFailed(f"no progress line within {timeout_s:.0f} s ({arm})")
-    return rec.record(trial, arm, "ready", step=seen.step, probe="first progress line")
-
-
-def _row(plan: Plan, trial: str, arm: str, repeat: int, slot: str) -> dict[str, Any]:
-    return {
-        "measure": "cold_start",
-        "trial_id": trial,
-        "arm": arm,
-        "repeat": repeat,
-        "started_at": dt.datetime.now(dt.UTC),
-        "clock": clock_of("cold_start", arm),
-        "includes": (
-            "process start, imports and initialisation up to ready"
-            if arm == "unmanaged"
-            else "criu restore of the ready copy, then up to ready"
-        ),
-        "gpus": plan.workload.gpus,
-        "gpus_from": "plan",
-        "nodes": slot,
-        "workload_hash": workload_hash(plan),
-    }
-
-
-def cold_start_pair(
-    plan: Plan,
-    ctx: RunContext,
-    cluster: LocalCluster,
-    rec: EventRecorder,
-    repeat: int,
-    timeout_s: float,
-    drop_caches: bool,
-) -> list[dict[str, Any]]:
-    """One native start and one restore of the same copy; two rows, failed ones kept."""
-    slot = plan.cluster.nodes[0]
-    trial = f"cold-{repeat}"
-    copy_dir = run_folder(ctx) / f"{trial}-copy"
-    copy_dir.mkdir(parents=True, exist_ok=True)
-    native, restore = _row(plan, trial, "unmanaged", repeat, slot), None
-    regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else r"^$"
-    probes: list[LogProgressProbe] = []
-    try:
-        native["page_cache"] = drop_page_cache() if drop_caches else "warm"
-        launch = rec.record(trial, "unmanaged", "launch", slot=slot)
-        argv = copy_argv(plan.workload.command or [], copy_dir)
-        proc = cluster.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
-        probe = LogProgressProbe(proc.log, regex, rec, trial, "unmanaged").start()
-        probes.append(probe)
-        ready = _ready(plan, proc, probe, rec, trial, "unmanaged", -1, timeout_s)
-        native.update(status="ok", ready_s=span_s(launch, ready))
-
-        restore = _row(plan, trial, "managed", repeat, slot)
-        criu = managed_checkpointer(
-            plan, copy_dir / "criu", rec, trial, keep=1, timeout_s=timeout_s
-        )
-        point = criu.dump(proc)  # the fully initialised copy
-        cluster.kill(proc)
-        if not cluster.wait_gone(proc, timeout=10):
-            raise StartFailed(f"the native copy (pid {proc.pid}) did not end after its dump")
-        probe.stop()
-        restore["checkpoint_bytes"] = point.image_bytes
-        killed_at = proc.log.stat().st_size
-        restore["page_cache"] = drop_page_cache() if drop_caches else "warm"
-        restore["restore"] = "failed"  # until the restored copy is ready (restore_attempted)
-        new = criu.restore(cluster, slot, point)
-        started = rec.events(trial, "managed", "restore_start")[-1]
-        restored = rec.events(trial, "managed", "restored")[-1]
-        # The restored copy writes on into the native copy's log (CRIU restores its file
-        # descriptors): only lines past what the native copy wrote count.
-        probe = LogProgressProbe(proc.log, regex, rec, trial, "managed").start()
-        probes.append(probe)
-        ready = _ready(plan, new, probe, rec, trial, "managed", killed_at, timeout_s)
-        restore_s = span_s(started, restored)
-        restore.update(
-            status="ok",
-            restore="ok",
-            ready_s=span_s(started, ready),
-            restore_s=restore_s,
-            restore_gbps=point.image_bytes / restore_s / 1e9 if restore_s > 0 else None,
-        )
-    except (StartFailed, CriuError, CkptPocError) as exc:
-        reason = str(exc).splitlines()[0][:500]
-        tail = log_tail(cluster.log_path(slot, "unmanaged", trial))  # the restore writes on in it
-        for row in (native, restore):
-            if row is not None and row.get("status") != "ok":
-                row.update(status="failed", reason=reason, **{LOG_TAIL: tail})
-        rec.record(trial, "managed" if restore else "unmanaged", "start_failed", reason=reason)
-    finally:
-        for probe in probes:
-            probe.stop()
-        cluster.stop_all()
-    return [native] + ([restore] if restore is not None else [])
-
-
 def run_cold_start(
     plan: Plan,
     ctx: RunContext,
@@ -199,16 +65,15 @@ def run_cold_start(
     drop_caches: bool = True,
 ) -> ColdStartRun:
     ensure_overhead_supports(plan)
-    cluster = LocalCluster(
-        list(plan.cluster.nodes), run_folder(ctx), Path.cwd(), workload=plan.workload.name
-    )
+    runs = TIMED_RUNS[plan.cluster.kind]
+    cluster = cluster_for(plan, run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
     rows: list[dict[str, Any]] = []
     clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
     try:
-        preflight_local(plan, ctx, cluster)
+        runs.preflight(plan, ctx, cluster)
         for repeat in range(repeats or plan.repeats):
-            rows += cold_start_pair(plan, ctx, cluster, rec, repeat, timeout_s, drop_caches)
+            rows += runs.cold_start(plan, ctx, cluster, rec, repeat, timeout_s, drop_caches)
     finally:
         cluster.stop_all()
         cluster.close()  # its reaper: nothing left to end

@@ -1,9 +1,11 @@
 """Steady-state overhead and the cost of checkpointing: interleaved timed runs, both arms.
 
-The same workload, on the same slot, for the same run (the plan's command, a fixed number
-of steps), one copy at a time, in the order A B B A A B … so that drift (thermal, other
-load) falls on both arms alike. A run's time is its progress span: from the first progress
-line to the last, as the probe saw them (start-up and exit are not steady state).
+The same workload, on the same node, for the same run (the plan's command, a fixed number
+of steps), one copy at a time (a process on a local slot, or a Slurm job with the node to
+itself: timed_runs_local.py, timed_runs_slurm.py), in the order A B B A A B … so that
+drift (thermal, other load) falls on both arms alike. A run's time is its progress span:
+from the first progress line to the last, as the probe saw them (start-up and exit are not
+steady state).
 
 Two variants, reported apart:
 
@@ -17,46 +19,34 @@ Two variants, reported apart:
 
 from __future__ import annotations
 
-import datetime as dt
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-from tasks.engine.checkpointers.base import ensure_runs_on, managed_checkpointer
-from tasks.engine.checkpointers.criu import CriuError, clean_dead_roots
-from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
+from tasks.engine.checkpointers.base import ensure_runs_on
+from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.local import LocalCluster
-from tasks.engine.paths import copy_argv, run_folder
-from tasks.engine.preflight import log_tail, preflight_local
-from tasks.engine.probes import LogProgressProbe
+from tasks.engine.clusters.base import cluster_for
+from tasks.engine.paths import run_folder
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
-from tasks.experiments.clocks import clock_of, same_clock_check
+from tasks.experiments.clocks import same_clock_check
 from tasks.experiments.results import Failure, OverheadResult
 from tasks.experiments.stats import compare_paired
+from tasks.experiments.timed_runs_by_cluster import TIMED_RUNS
 from tasks.experiments.trials import (
-    LOG_TAIL,
     arms_differ_only_in_managed,
     as_trials,
     failures_of,
     require_command_and_progress,
-    workload_hash,
 )
 
 GATE = "overhead"
 VARIANTS = ("steady", "checkpointing")
-LOCAL_ONLY = ("local",)  # the runs are LocalCluster processes, timed on its first slot
-
-
-class RunFailed(CkptPocError):
-    """A timed run that cannot give a number; its row says why."""
 
 
 @dataclass
@@ -73,84 +63,8 @@ def pair_order(pair: int) -> tuple[str, str]:
 
 
 def ensure_overhead_supports(plan: Plan) -> None:
-    ensure_runs_on(plan, "overhead and cold start run on", LOCAL_ONLY)
+    ensure_runs_on(plan, "overhead and cold start run on", TIMED_RUNS)
     require_command_and_progress(plan, "overhead and cold start")
-
-
-def timed_run(
-    plan: Plan,
-    ctx: RunContext,
-    cluster: LocalCluster,
-    rec: EventRecorder,
-    variant: str,
-    pair: int,
-    arm: str,
-    timeout_s: float,
-) -> dict[str, Any]:
-    """One whole run of the workload; its row (failed with a reason, never raising)."""
-    slot = plan.cluster.nodes[0]
-    trial = f"{variant}-{pair}"
-    copy_dir = run_folder(ctx) / f"overhead-{trial}-{arm}"  # fresh: nothing to resume
-    copy_dir.mkdir(parents=True, exist_ok=True)
-    row: dict[str, Any] = {
-        "measure": "overhead",
-        "trial_id": trial,
-        "arm": arm,
-        "variant": variant,
-        "pair": pair,
-        "repeat": pair,
-        "started_at": dt.datetime.now(dt.UTC),
-        "clock": clock_of("overhead", arm),
-        "includes": "the progress span of one whole run"
-        + (" with CRIU dumps every interval" if variant == "checkpointing" else ""),
-        "gpus": plan.workload.gpus,
-        "gpus_from": "plan",
-        "nodes": slot,
-        "workload_hash": workload_hash(plan),
-    }
-    probe: LogProgressProbe | None = None
-    periodic: PeriodicCheckpoints | None = None
-    try:
-        rec.record(trial, arm, "launch", slot=slot)
-        proc = cluster.start(slot, arm, copy_argv(plan.workload.command or [], copy_dir), tag=trial)
-        probe = LogProgressProbe(proc.log, plan.workload.progress_probe.log_regex, rec, trial, arm)
-        probe.start()
-        if arm == "managed" and variant == "checkpointing":
-            criu = managed_checkpointer(plan, copy_dir / "criu", rec, trial, timeout_s=timeout_s)
-            periodic = PeriodicCheckpoints(criu, proc, plan.checkpointer.interval_s).start()
-        deadline = time.monotonic() + timeout_s
-        while proc.alive() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if proc.alive():
-            raise RunFailed(f"the run did not end within {timeout_s:.0f} s")
-        if periodic:
-            periodic.stop()
-        probe.poll()  # the last lines, written just before exit
-        rc = proc.launcher.wait(timeout=10) if proc.launcher else None
-        rec.record(trial, arm, "exited", rc=rc)
-        if rc:
-            raise RunFailed(f"the workload exited {rc}")
-        if len(probe.seen) < 2:
-            raise RunFailed("fewer than two progress steps seen: nothing to time")
-        first, last = probe.seen[0], probe.seen[-1]
-        run_s = (last.t_mono_ns - first.t_mono_ns) / 1e9
-        steps = last.step - first.step
-        row.update(
-            status="ok", run_s=run_s, steps=steps, steps_per_s=steps / run_s if run_s else None
-        )
-        if periodic and periodic.errors:
-            row["reason"] = f"{len(periodic.errors)} dump(s) failed: {periodic.errors[0]}"[:500]
-    except (RunFailed, CriuError, CkptPocError) as exc:
-        row.update(status="failed", reason=str(exc).splitlines()[0][:500])
-        row[LOG_TAIL] = log_tail(cluster.log_path(slot, arm, trial))
-        rec.record(trial, arm, "run_failed", reason=row["reason"])
-    finally:
-        if periodic:
-            periodic.stop()
-        if probe:
-            probe.stop()
-        cluster.stop_all()
-    return row
 
 
 def run_overhead(
@@ -163,18 +77,19 @@ def run_overhead(
 ) -> OverheadRun:
     """``pairs`` (default: the plan's repeats) interleaved A/B pairs per variant."""
     ensure_overhead_supports(plan)
-    cluster = LocalCluster(
-        list(plan.cluster.nodes), run_folder(ctx), Path.cwd(), workload=plan.workload.name
-    )
+    runs = TIMED_RUNS[plan.cluster.kind]
+    cluster = cluster_for(plan, run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
     rows = []
     clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
     try:
-        preflight_local(plan, ctx, cluster)
+        runs.preflight(plan, ctx, cluster)
         for variant in variants:
             for pair in range(pairs or plan.repeats):
                 for arm in pair_order(pair):
-                    rows.append(timed_run(plan, ctx, cluster, rec, variant, pair, arm, timeout_s))
+                    rows.append(
+                        runs.overhead(plan, ctx, cluster, rec, variant, pair, arm, timeout_s)
+                    )
     finally:
         cluster.stop_all()
         cluster.close()  # its reaper: nothing left to end

@@ -29,7 +29,7 @@ import pandas as pd
 from tasks.data.arms import ARMS  # in order: the unmanaged copy is faulted first
 from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
-from tasks.data.plan import Plan
+from tasks.data.plan import Fault, Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
@@ -46,8 +46,11 @@ from tasks.experiments.recovery_local import LOCAL_TRIALS
 from tasks.experiments.recovery_slurm_notice import SLURM_TRIALS  # the bare faults too
 from tasks.experiments.recovery_trial import (
     FAULT_DELIVERED,
+    TrialFailed,
     TrialRunner,
     TrialSetup,
+    base_row,
+    fail_trial,
 )
 from tasks.experiments.results import (
     RECOVERY_STATS,
@@ -124,6 +127,23 @@ def preflight(setup: TrialSetup, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> Pref
     return TRIAL_RUNNERS[setup.plan.cluster.kind].preflight(setup, timeout_s)
 
 
+def run_one_trial(
+    setup: TrialSetup, runner: TrialRunner, fault: Fault, arm: str, repeat: int
+) -> dict[str, Any]:
+    """The runner's row; a runner that raises all the same (a defect, not a result) gives
+    a failed row with the error, and the other trials still run."""
+    try:
+        return runner.run_trial(setup, fault, arm, repeat)
+    except Exception as exc:
+        node = setup.plan.cluster.nodes[0]
+        row = base_row(setup, fault.kind, arm, repeat, node, runner.includes)
+        log = run_folder(setup.ctx) / f"{row['trial_id']}-{arm}" / "workload.log"
+        error = TrialFailed(f"the trial runner failed: {type(exc).__name__}: {exc}")
+        fail_trial(row, setup.recorder, error, log)
+        setup.cluster.stop_all()
+        return row
+
+
 def needs_deadline_sweep(plan: Plan) -> bool:
     """A local plan with a notice fault: what its grace period holds is measured here."""
     return plan.cluster.kind == "local" and any(f.grace_s is not None for f in plan.faults)
@@ -159,7 +179,7 @@ def run_recovery(
         for fault in plan.faults:
             for repeat in range(plan.repeats):
                 for arm in ARMS:
-                    rows.append(runner.run_trial(setup, fault, arm, repeat))
+                    rows.append(run_one_trial(setup, runner, fault, arm, repeat))
                 stopped = stop_reason(rows, fault.kind)
                 if stopped:
                     break

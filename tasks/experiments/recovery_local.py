@@ -14,7 +14,7 @@ from tasks.engine.checkpointers.none import NoCheckpointer
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
-from tasks.engine.faults import NoticeHandler, inject_fault
+from tasks.engine.faults import FINISHED_DURING_NOTICE, NoticeHandler, inject_fault
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import PreflightResult, preflight_local
 from tasks.engine.probes import LogProgressProbe, last_step_before
@@ -87,6 +87,11 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         detected = rec.record(trial, arm, "detected", pid=proc.pid)
         row["detect_latency_ms"] = (detected.t_mono_ns - gone_ns) / 1e6
         row["fault_outcome"], stopped = _outcome(fault, rec, trial, arm, row)
+        if row["fault_outcome"] == FINISHED_DURING_NOTICE:
+            raise TrialFailed(
+                f"the copy {FINISHED_DURING_NOTICE} ({fault.kind}, grace {fault.grace_s} s): "
+                "no interruption to recover from"
+            )
         killed_at = end_torn_line(proc.log)
         step_at_fault = last_step_before(proc.log, killed_at, regex)
         started = rec.record(trial, arm, "started", slot=slot)

@@ -190,7 +190,10 @@ def progress_event(rec: EventRecorder, trial: str, arm: str, step: int) -> Event
     does (not recorded: a moment to measure from)."""
     events = rec.events(trial, arm, "progress")
     steps = [int(e.detail.get("step", -1)) for e in events]
-    i = next(k for k, s in enumerate(steps) if s >= step)
+    i = next((k for k, s in enumerate(steps) if s >= step), None)
+    if i is None:  # e.g. the copy ran to its end during a notice: no later step was logged
+        last = max(steps, default=None)
+        raise TrialFailed(f"no progress at or after step {step} was seen (last step: {last})")
     if i == 0 or not steps[i - 1] < step < steps[i]:
         return events[i]
     prev, ev = events[i - 1], events[i]

@@ -45,10 +45,15 @@ def failures_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def as_trials(parts: list[pd.DataFrame], ctx: RunContext) -> pd.DataFrame:
-    """An experiment's rows, stamped with the run, in the `trials` column order."""
+    """An experiment's rows, stamped with the run, in the `trials` column order. A row that
+    carries its node's fingerprint (read inside a Slurm job) keeps it; the others get the
+    run's (read on the harness's host, which is the node for a local cluster)."""
     frame = pd.concat([p for p in parts if not p.empty] or [pd.DataFrame()], ignore_index=True)
     for name, value in ctx.stamp().items():
-        frame[name] = value
+        if name in FINGERPRINT_COLUMNS and name in frame.columns:
+            frame[name] = frame[name].astype(object).where(frame[name].notna(), value)
+        else:
+            frame[name] = value
     return frame.reindex(columns=TRIALS.column_names)
 
 

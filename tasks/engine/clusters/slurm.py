@@ -43,6 +43,11 @@ class SlurmError(CkptPocError):
     """A Slurm command failed or a job did not reach a state in time."""
 
 
+class JobNeverStarted(SlurmError):
+    """A job that did not start within its timeout: the stage ends with Slurm's reason,
+    committing nothing (the run could not finish; it is no verdict on rows)."""
+
+
 @dataclass
 class SlurmJob:
     """One submitted attempt of a workload copy."""
@@ -125,6 +130,7 @@ class SlurmCluster:
         linked_to: str | None = None,
         time_limit_min: int | None = None,
         notice_signal: str | None = None,
+        exclusive: bool = False,
     ) -> SlurmJob:
         """Submit one attempt; ``linked_to`` names the interrupted job it recovers. With
         ``notice_signal`` (a fault with a notice: ``B:USR1@60``) the job may be requeued —
@@ -146,6 +152,8 @@ class SlurmCluster:
             f"--nodelist={node}",
             "--nodes=1",
             "--ntasks=1",
+            # A timed run has the node to itself: nothing else's load falls on one arm.
+            *(["--exclusive"] if exclusive else []),
             "--requeue" if notice_signal else "--no-requeue",
             *([f"--signal={notice_signal}"] if notice_signal else []),
             f"--chdir={self.workdir}",
@@ -239,6 +247,23 @@ class SlurmCluster:
                 return None
             previous = seen
             time.sleep(self.poll_s)
+
+    def wait_started(self, job: SlurmJob, timeout: float) -> Observation:
+        """The poll that saw ``job`` RUNNING; a job that never started (a partition down, a
+        node drained by someone else, a reservation) is cancelled and raises SlurmError
+        with Slurm's own Reason and the job id. A job already ended by the first poll that
+        sees it (a short one) returns that poll: it ran."""
+        running = self.wait_until(job, lambda s: s == "RUNNING" or s not in ACTIVE_STATES, timeout)
+        if running is not None:
+            return running
+        state, reason = self.observe(job)
+        if state in ACTIVE_STATES:
+            with contextlib.suppress(SlurmError):
+                self.cancel(job)
+        raise JobNeverStarted(
+            f"job {job.job_id} did not start on {job.node} within {timeout:.0f} s "
+            f"(state {state or 'gone'}, reason {reason or 'none'})"
+        )
 
     def final_state(self, job: SlurmJob, timeout: float = 30) -> str | None:
         """The job's state in accounting once it has ended (sacct lags by 1-5 s)."""

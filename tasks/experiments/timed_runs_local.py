@@ -1,0 +1,194 @@
+"""Overhead and cold start on the local cluster: every timed run a process on the plan's
+first slot (tasks/engine/clusters/local.py), started, dumped and restored by the harness.
+
+What the rows mean is in timed_runs.py, shared with the Slurm runs (timed_runs_slurm.py).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext
+from tasks.engine.checkpointers.base import managed_checkpointer
+from tasks.engine.checkpointers.criu import CriuError
+from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
+from tasks.engine.clock import Event, EventRecorder, span_s
+from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.page_cache import drop_page_cache
+from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.preflight import log_tail, preflight_local
+from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.experiments.timed_runs import (
+    RunFailed,
+    StartFailed,
+    cold_start_row,
+    fill_progress_span,
+    overhead_row,
+)
+from tasks.experiments.trials import LOG_TAIL
+
+
+def preflight(plan: Plan, ctx: RunContext, cluster: LocalCluster) -> None:
+    """The workload started once on the plan's first slot (tasks/engine/preflight)."""
+    preflight_local(plan, ctx, cluster)
+
+
+def overhead_run_local(
+    plan: Plan,
+    ctx: RunContext,
+    cluster: LocalCluster,
+    rec: EventRecorder,
+    variant: str,
+    pair: int,
+    arm: str,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """One whole run of the workload; its row (failed with a reason, never raising)."""
+    slot = plan.cluster.nodes[0]
+    trial = f"{variant}-{pair}"
+    copy_dir = run_folder(ctx) / f"overhead-{trial}-{arm}"  # fresh: nothing to resume
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    row = overhead_row(plan, variant, pair, arm, slot, "the progress span of one whole run")
+    probe: LogProgressProbe | None = None
+    periodic: PeriodicCheckpoints | None = None
+    try:
+        rec.record(trial, arm, "launch", slot=slot)
+        proc = cluster.start(slot, arm, copy_argv(plan.workload.command or [], copy_dir), tag=trial)
+        probe = LogProgressProbe(proc.log, plan.workload.progress_probe.log_regex, rec, trial, arm)
+        probe.start()
+        if arm == "managed" and variant == "checkpointing":
+            criu = managed_checkpointer(plan, copy_dir / "criu", rec, trial, timeout_s=timeout_s)
+            periodic = PeriodicCheckpoints(criu, proc, plan.checkpointer.interval_s).start()
+        deadline = time.monotonic() + timeout_s
+        while proc.alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if proc.alive():
+            raise RunFailed(f"the run did not end within {timeout_s:.0f} s")
+        if periodic:
+            periodic.stop()
+        probe.poll()  # the last lines, written just before exit
+        rc = proc.launcher.wait(timeout=10) if proc.launcher else None
+        rec.record(trial, arm, "exited", rc=rc)
+        if rc:
+            raise RunFailed(f"the workload exited {rc}")
+        fill_progress_span(row, probe)
+        if periodic and periodic.errors:
+            row["reason"] = f"{len(periodic.errors)} dump(s) failed: {periodic.errors[0]}"[:500]
+    except (RunFailed, CriuError, CkptPocError) as exc:
+        row.update(status="failed", reason=str(exc).splitlines()[0][:500])
+        row[LOG_TAIL] = log_tail(cluster.log_path(slot, arm, trial))
+        rec.record(trial, arm, "run_failed", reason=row["reason"])
+    finally:
+        if periodic:
+            periodic.stop()
+        if probe:
+            probe.stop()
+        cluster.stop_all()
+    return row
+
+
+def _ready(
+    plan: Plan,
+    proc: WorkloadProcess,
+    probe: LogProgressProbe,
+    rec: EventRecorder,
+    trial: str,
+    arm: str,
+    after_offset: int,
+    timeout_s: float,
+) -> Event:
+    """Wait for the plan's ready signal; the `ready` event ends both clocks."""
+    if plan.workload.ready_probe:
+        if wait_ready(
+            plan.workload.ready_probe.url, rec, trial, arm, timeout=timeout_s, alive=proc.alive
+        ):
+            return rec.events(trial, arm, "ready")[-1]
+        raise StartFailed(f"{plan.workload.ready_probe.url} never answered 200 ({arm})")
+    seen = probe.wait_for(lambda s: s.offset > after_offset, timeout_s)
+    if seen is None:
+        raise StartFailed(f"no progress line within {timeout_s:.0f} s ({arm})")
+    return rec.record(trial, arm, "ready", step=seen.step, probe="first progress line")
+
+
+COLD_START_INCLUDES = {
+    "unmanaged": "process start, imports and initialisation up to ready",
+    "managed": "criu restore of the ready copy, then up to ready",
+}
+
+
+def cold_start_pair_local(
+    plan: Plan,
+    ctx: RunContext,
+    cluster: LocalCluster,
+    rec: EventRecorder,
+    repeat: int,
+    timeout_s: float,
+    drop_caches: bool,
+) -> list[dict[str, Any]]:
+    """One native start and one restore of the same copy; two rows, failed ones kept."""
+    slot = plan.cluster.nodes[0]
+    trial = f"cold-{repeat}"
+    copy_dir = run_folder(ctx) / f"{trial}-copy"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    native = cold_start_row(
+        plan, trial, "unmanaged", repeat, slot, COLD_START_INCLUDES["unmanaged"]
+    )
+    restore: dict[str, Any] | None = None
+    regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else r"^$"
+    probes: list[LogProgressProbe] = []
+    try:
+        native["page_cache"] = drop_page_cache() if drop_caches else "warm"
+        launch = rec.record(trial, "unmanaged", "launch", slot=slot)
+        argv = copy_argv(plan.workload.command or [], copy_dir)
+        proc = cluster.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
+        probe = LogProgressProbe(proc.log, regex, rec, trial, "unmanaged").start()
+        probes.append(probe)
+        ready = _ready(plan, proc, probe, rec, trial, "unmanaged", -1, timeout_s)
+        native.update(status="ok", ready_s=span_s(launch, ready))
+
+        restore = cold_start_row(
+            plan, trial, "managed", repeat, slot, COLD_START_INCLUDES["managed"]
+        )
+        criu = managed_checkpointer(
+            plan, copy_dir / "criu", rec, trial, keep=1, timeout_s=timeout_s
+        )
+        point = criu.dump(proc)  # the fully initialised copy
+        cluster.kill(proc)
+        if not cluster.wait_gone(proc, timeout=10):
+            raise StartFailed(f"the native copy (pid {proc.pid}) did not end after its dump")
+        probe.stop()
+        restore["checkpoint_bytes"] = point.image_bytes
+        killed_at = proc.log.stat().st_size
+        restore["page_cache"] = drop_page_cache() if drop_caches else "warm"
+        restore["restore"] = "failed"  # until the restored copy is ready (restore_attempted)
+        new = criu.restore(cluster, slot, point)
+        started = rec.events(trial, "managed", "restore_start")[-1]
+        restored = rec.events(trial, "managed", "restored")[-1]
+        # The restored copy writes on into the native copy's log (CRIU restores its file
+        # descriptors): only lines past what the native copy wrote count.
+        probe = LogProgressProbe(proc.log, regex, rec, trial, "managed").start()
+        probes.append(probe)
+        ready = _ready(plan, new, probe, rec, trial, "managed", killed_at, timeout_s)
+        restore_s = span_s(started, restored)
+        restore.update(
+            status="ok",
+            restore="ok",
+            ready_s=span_s(started, ready),
+            restore_s=restore_s,
+            restore_gbps=point.image_bytes / restore_s / 1e9 if restore_s > 0 else None,
+        )
+    except (StartFailed, CriuError, CkptPocError) as exc:
+        reason = str(exc).splitlines()[0][:500]
+        tail = log_tail(cluster.log_path(slot, "unmanaged", trial))  # the restore writes on in it
+        for row in (native, restore):
+            if row is not None and row.get("status") != "ok":
+                row.update(status="failed", reason=reason, **{LOG_TAIL: tail})
+        rec.record(trial, "managed" if restore else "unmanaged", "start_failed", reason=reason)
+    finally:
+        for probe in probes:
+            probe.stop()
+        cluster.stop_all()
+    return [native] + ([restore] if restore is not None else [])

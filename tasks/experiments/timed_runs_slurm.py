@@ -1,0 +1,312 @@
+"""Overhead and cold start on Slurm: every timed run a batch job pinned to the plan's node.
+
+The jobs run the one wrapper every ckpt-poc job runs (tasks/engine/slurm_job.py), with the
+node to itself (`--exclusive`): nothing else's load falls on one arm. The harness follows
+the copy's log on the shared folder with the same progress probe as locally, so both
+backends time the same span on the same kind of clock; the scheduler's queueing, the job's
+start-up and the wrapper stay outside it.
+
+- Overhead: one job per run; the managed arm's job is opted in as recovery's is (the
+  wrapper dumps it every ``checkpointer.interval_s``) in the ``checkpointing`` variant, and
+  runs as the same wrapper without dumps in ``steady``. Each job reads the node's
+  fingerprint itself; the rows carry that, not the harness host's.
+- Cold start: native = the job's own first moment on the node (`job_started`, recorded by
+  its wrapper) → ready; the harness then asks that job (`scancel --batch --signal=USR2`) to
+  dump the ready copy, CRIU ends it, and a second job on the node restores it:
+  restore_start → ready. Both jobs drop the node's page cache first where the node permits
+  it (before their first event: the drop is in no clock) and say so on their row.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from tasks.data.errors import CkptPocError
+from tasks.data.fingerprint import FINGERPRINT_COLUMNS
+from tasks.data.plan import Plan
+from tasks.data.runctx import RunContext
+from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
+from tasks.engine.clock import Event, EventRecorder, span_s
+from tasks.engine.clusters.slurm import ACTIVE_STATES, JobNeverStarted, SlurmCluster, SlurmJob
+from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.preflight import log_tail
+from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.experiments.timed_runs import (
+    RunFailed,
+    StartFailed,
+    cold_start_row,
+    fill_progress_span,
+    overhead_row,
+)
+from tasks.experiments.trials import LOG_TAIL
+
+OVERHEAD_INCLUDES = "the progress span of one whole run (a Slurm job, the node exclusive)"
+COLD_START_INCLUDES = {
+    "unmanaged": "the job's first moment on the node (its wrapper's job_started), process "
+    "start, imports and initialisation up to ready; queueing and the wrapper's own start "
+    "are outside",
+    "managed": "criu restore of the ready copy in a new job on the node, then up to ready; "
+    "queueing and the wrapper's own start are outside",
+}
+# A cold start's copy dumps only when asked: its periodic interval is past any run.
+NO_PERIODIC_S = 10 * 24 * 3600.0
+
+
+def copy_spec(
+    plan: Plan, trial: str, arm: str, copy_dir: Path, *, checkpoint: bool, **mode: Any
+) -> dict[str, Any]:
+    """The spec a copy's job runs (tasks/engine/slurm_job.py): where it logs and records,
+    where its checkpoints go, and what it does (``mode``: run an argv, or restore)."""
+    return {
+        "trial_id": trial,
+        "arm": arm,
+        "node": plan.cluster.nodes[0],
+        "log": str(copy_dir / "workload.log"),
+        "events": str(copy_dir / "job-events.jsonl"),
+        "ckpt_root": str(copy_dir / "criu"),
+        "interval_s": plan.checkpointer.interval_s,
+        "keep": plan.checkpointer.keep,
+        "checkpoint": checkpoint,
+        **mode,
+    }
+
+
+def job_event(
+    rec: EventRecorder, events: Path, trial: str, arm: str, names: tuple[str, ...], timeout: float
+) -> Event | None:
+    """The first of ``names`` the job recorded for (trial, arm); None after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rec.import_jsonl(events)
+        found = [e for e in rec.events(trial, arm) if e.event in names]
+        if found:
+            return found[0]
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.01)
+
+
+def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]:
+    """The fingerprint the job read on its node (empty: it read none)."""
+    seen = rec.events(trial, arm, "node_fingerprint")
+    if not seen:
+        return {}
+    return {k: seen[-1].detail[k] for k in FINGERPRINT_COLUMNS if k in seen[-1].detail}
+
+
+def _page_cache(rec: EventRecorder, trial: str, arm: str) -> str:
+    seen = rec.events(trial, arm, "page_cache")
+    return str(seen[-1].detail.get("state", "warm")) if seen else "warm"
+
+
+def _wait_ended(cluster: SlurmCluster, job: SlurmJob, timeout_s: float) -> None:
+    if cluster.wait_until(job, lambda s: s not in ACTIVE_STATES, timeout_s) is None:
+        raise RunFailed(f"job {job.job_id} did not end within {timeout_s:.0f} s")
+
+
+def overhead_run_on_slurm(
+    plan: Plan,
+    ctx: RunContext,
+    cluster: SlurmCluster,
+    rec: EventRecorder,
+    variant: str,
+    pair: int,
+    arm: str,
+    timeout_s: float,
+) -> dict[str, Any]:
+    """One whole run as a job; its row (failed with a reason). A job that never starts
+    raises JobNeverStarted: the stage ends with Slurm's reason."""
+    node = plan.cluster.nodes[0]
+    row = overhead_row(plan, variant, pair, arm, node, OVERHEAD_INCLUDES)
+    trial = row["trial_id"]
+    copy_dir = run_folder(ctx) / f"overhead-{trial}-{arm}"  # fresh: nothing to resume
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    log, events = copy_dir / "workload.log", copy_dir / "job-events.jsonl"
+    dumps = arm == "managed" and variant == "checkpointing"
+    probe: LogProgressProbe | None = None
+    try:
+        rec.record(trial, arm, "launch", node=node)
+        argv = copy_argv(plan.workload.command or [], copy_dir)
+        spec = copy_spec(
+            plan, trial, arm, copy_dir, checkpoint=dumps, mode="run", argv=argv, fingerprint=True
+        )
+        gpus = plan.workload.gpus
+        job = cluster.submit(node, arm, spec, name=trial, log=log, gpus=gpus, exclusive=True)
+        row["job_id"] = job.job_id
+        cluster.wait_started(job, timeout_s)
+        probe = LogProgressProbe(log, plan.workload.progress_probe.log_regex, rec, trial, arm)
+        probe.start()
+        _wait_ended(cluster, job, timeout_s)
+        probe.poll()  # the last lines, written just before the end
+        exited = job_event(rec, events, trial, arm, ("workload_exited",), 10)
+        rc = exited.detail.get("rc") if exited else None
+        rec.record(trial, arm, "exited", rc=rc, job_id=job.job_id)
+        if exited is None:
+            state = cluster.final_state(job)
+            raise RunFailed(f"job {job.job_id} ended {state} before its workload exited")
+        if rc:
+            raise RunFailed(f"the workload exited {rc} (job {job.job_id})")
+        fill_progress_span(row, probe)
+        row.update(node_fingerprint(rec, trial, arm))
+    except JobNeverStarted:
+        raise
+    except (RunFailed, CriuError, CkptPocError) as exc:
+        row.update(status="failed", reason=str(exc).splitlines()[0][:500])
+        row[LOG_TAIL] = log_tail(log)
+        rec.record(trial, arm, "run_failed", reason=row["reason"])
+    finally:
+        if probe:
+            probe.stop()
+        cluster.stop_all()
+        rec.import_jsonl(events)  # its dumps: checkpoint rows
+    return row
+
+
+def _ready(
+    plan: Plan,
+    cluster: SlurmCluster,
+    job: SlurmJob,
+    probe: LogProgressProbe,
+    rec: EventRecorder,
+    trial: str,
+    arm: str,
+    after_offset: int,
+    timeout_s: float,
+) -> Event:
+    """The plan's ready signal from the job's copy; the `ready` event ends both clocks."""
+    if plan.workload.ready_probe:
+        url = plan.workload.ready_probe.url
+
+        def alive() -> bool:
+            return cluster.observe(job)[0] in ACTIVE_STATES
+
+        if wait_ready(url, rec, trial, arm, timeout=timeout_s, alive=alive):
+            return rec.events(trial, arm, "ready")[-1]
+        raise StartFailed(f"{url} never answered 200 ({arm}, job {job.job_id})")
+    seen = probe.wait_for(lambda s: s.offset > after_offset, timeout_s)
+    if seen is None:
+        raise StartFailed(f"no progress line within {timeout_s:.0f} s ({arm}, job {job.job_id})")
+    return rec.record(trial, arm, "ready", step=seen.step, probe="first progress line")
+
+
+# long: one native start, its dump and one restore, each step a line the reader can follow
+def cold_start_pair_on_slurm(
+    plan: Plan,
+    ctx: RunContext,
+    cluster: SlurmCluster,
+    rec: EventRecorder,
+    repeat: int,
+    timeout_s: float,
+    drop_caches: bool,
+) -> list[dict[str, Any]]:
+    """One native start and one restore of the same copy, each a job on the plan's node;
+    two rows, failed ones kept. A job that never starts raises JobNeverStarted."""
+    node = plan.cluster.nodes[0]
+    trial = f"cold-{repeat}"
+    copy_dir = run_folder(ctx) / f"{trial}-copy"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    log, events = copy_dir / "workload.log", copy_dir / "job-events.jsonl"
+    includes = COLD_START_INCLUDES
+    native = cold_start_row(plan, trial, "unmanaged", repeat, node, includes["unmanaged"])
+    restore: dict[str, Any] | None = None
+    regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else r"^$"
+    common = {"keep": 1, "interval_s": NO_PERIODIC_S, "drop_caches": drop_caches}
+    gpus = plan.workload.gpus
+    probes: list[LogProgressProbe] = []
+    try:
+        argv = copy_argv(plan.workload.command or [], copy_dir)
+        spec = copy_spec(
+            plan,
+            trial,
+            "unmanaged",
+            copy_dir,
+            checkpoint=True,
+            mode="run",
+            argv=argv,
+            dump_on_signal=True,
+            checkpoint_arm="managed",
+            fingerprint=True,
+            **common,
+        )
+        job = cluster.submit(
+            node, "unmanaged", spec, name=trial, log=log, gpus=gpus, exclusive=True
+        )
+        native["job_id"] = job.job_id
+        cluster.wait_started(job, timeout_s)
+        probes.append(probe := LogProgressProbe(log, regex, rec, trial, "unmanaged").start())
+        started = job_event(rec, events, trial, "unmanaged", ("job_started",), timeout_s)
+        if started is None:
+            raise StartFailed(f"job {job.job_id} ran but never reported starting")
+        launch = rec.alias(started, "launch", job_id=job.job_id, node=node)
+        ready = _ready(plan, cluster, job, probe, rec, trial, "unmanaged", -1, timeout_s)
+        native.update(
+            status="ok",
+            ready_s=span_s(launch, ready),
+            page_cache=_page_cache(rec, trial, "unmanaged"),
+            **node_fingerprint(rec, trial, "unmanaged"),
+        )
+
+        restore = cold_start_row(plan, trial, "managed", repeat, node, includes["managed"])
+        cluster.cancel(job, signal="USR2", batch=True)  # dump the ready copy; CRIU ends it
+        _wait_ended(cluster, job, timeout_s)
+        probe.stop()
+        rec.import_jsonl(events)
+        point = CriuCheckpointer.last_complete_under(copy_dir / "criu")
+        if point is None:
+            failed = rec.events(trial, "managed", "dump_failed")
+            why = failed[-1].detail.get("reason") if failed else "no complete checkpoint"
+            raise StartFailed(f"the ready copy's dump (job {job.job_id}) failed: {why}")
+        restore["checkpoint_bytes"] = point.image_bytes
+        killed_at = log.stat().st_size
+        restore["restore"] = "failed"  # until the restored copy is ready (restore_attempted)
+        spec = copy_spec(
+            plan,
+            trial,
+            "managed",
+            copy_dir,
+            checkpoint=True,
+            mode="restore",
+            restore_from=str(point.path),
+            fingerprint=True,
+            **common,
+        )
+        new = cluster.submit(node, "managed", spec, name=trial, log=log, gpus=gpus, exclusive=True)
+        restore["job_id"] = new.job_id
+        cluster.wait_started(new, timeout_s)
+        names = ("restored", "restore_failed")
+        restored = job_event(rec, events, trial, "managed", names, timeout_s)
+        if restored is None or restored.event == "restore_failed":
+            tail = str(restored.detail.get("log_tail", "")) if restored else ""
+            last = tail.strip().splitlines()[-1] if tail.strip() else "no restore event"
+            raise StartFailed(f"restore job {new.job_id} did not bring the copy back: {last}")
+        restore_start = rec.events(trial, "managed", "restore_start")[-1]
+        # The restored copy writes on into the native copy's log (CRIU restores its file
+        # descriptors): only lines past what the native copy wrote count.
+        probes.append(probe := LogProgressProbe(log, regex, rec, trial, "managed").start())
+        ready = _ready(plan, cluster, new, probe, rec, trial, "managed", killed_at, timeout_s)
+        restore_s = span_s(restore_start, restored)
+        restore.update(
+            status="ok",
+            restore="ok",
+            ready_s=span_s(restore_start, ready),
+            restore_s=restore_s,
+            restore_gbps=point.image_bytes / restore_s / 1e9 if restore_s > 0 else None,
+            page_cache=_page_cache(rec, trial, "managed"),
+            **node_fingerprint(rec, trial, "managed"),
+        )
+    except JobNeverStarted:
+        raise
+    except (StartFailed, RunFailed, CriuError, CkptPocError) as exc:
+        reason = str(exc).splitlines()[0][:500]
+        for row in (native, restore):
+            if row is not None and row.get("status") != "ok":
+                row.update(status="failed", reason=reason, **{LOG_TAIL: log_tail(log)})
+        rec.record(trial, "managed" if restore else "unmanaged", "start_failed", reason=reason)
+    finally:
+        for probe in probes:
+            probe.stop()
+        cluster.stop_all()
+        rec.import_jsonl(events)
+    return [native] + ([restore] if restore is not None else [])
