@@ -12,7 +12,7 @@ from flows.common import experiment_holding_nodes, failure_reported_as, run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
 from tasks.data.runctx import open_run
-from tasks.experiments.compatibility import run_compatibility
+from tasks.experiments.compatibility_by_cluster import run_sweep
 from tasks.experiments.compatibility_result import (
     CompatibilityResult,
     compatibility_markdown,
@@ -33,7 +33,7 @@ def checkpoint_kill_restore_each_workload(
 ) -> CompatibilityResult:
     with open_run(plan, plan_path, "compatibility") as ctx:
         with experiment_holding_nodes(plan, ctx, wait_for_nodes):
-            run = run_compatibility(plan, ctx, cycles=cycles, timeout_s=timeout_s, only=only)
+            run = run_sweep(plan, ctx, cycles=cycles, timeout_s=timeout_s, only=only)
         files = write_and_gate_compatibility(run, ctx)
     result = compatibility_result(run, ctx, files)
     write_matrix(result)

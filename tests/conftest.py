@@ -151,6 +151,29 @@ def slurm_env(slurm_session: dict[str, str]) -> dict[str, str]:
     return slurm_session
 
 
+@pytest.fixture(scope="module")
+def slurm_harness(slurm_session: dict[str, str], criu_binary: str) -> Iterator[None]:
+    """The harness and the jobs it submits (sbatch exports this environment) use the
+    session's cluster and the session's CRIU."""
+    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "CKPT_POC_CRIU")}
+    os.environ["SLURM_CONF"] = slurm_session["SLURM_CONF"]
+    os.environ["CKPT_POC_CRIU"] = criu_binary
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@pytest.fixture
+def slurm_jobs_env(slurm_harness: None, slurm_env: dict[str, str]) -> dict[str, str]:
+    """``slurm_env`` for a test whose harness submits the jobs itself."""
+    return slurm_env
+
+
 @pytest.fixture(scope="session")
 def pristine_slurm_env(slurm_session: dict[str, str], tmp_path_factory) -> Iterator[dict]:
     """A Slurm whose accounting holds no job yet (the live baseline reads every job of the

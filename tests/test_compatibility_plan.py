@@ -195,9 +195,15 @@ def test_the_criu_allow_list_reads_values() -> None:
     assert "given twice" in criu_option_problems(["--file-locks"] * 2, CRIU_DUMP_OPTIONS, "d")[0]
 
 
-def test_a_slurm_plan_is_refused_saying_where_the_sweep_runs() -> None:
+def test_a_slurm_plan_with_criu_runs_the_sweep_and_cedana_is_refused() -> None:
+    """A Slurm plan's sweep runs (as jobs on its node: tests/test_compatibility_slurm.py);
+    the example's Cedana, contract only here, is refused naming both kinds."""
     from tasks.experiments.compatibility import CompatibilityRefused, ensure_compatibility_runs
 
     plan = load_plan(REPO / "plans" / "slurm-example.yaml", check_cluster=False)
-    with pytest.raises(CompatibilityRefused, match="on Slurm it is not built: run the sweep"):
+    criu = plan.model_copy(
+        update={"checkpointer": plan.checkpointer.model_copy(update={"kind": "criu"})}
+    )
+    ensure_compatibility_runs(criu)
+    with pytest.raises(CompatibilityRefused, match="this plan: 'slurm', 'cedana'"):
         ensure_compatibility_runs(plan)

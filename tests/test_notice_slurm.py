@@ -14,9 +14,7 @@ A warned time limit waits for Slurm's once-a-minute limit check: one trial, the 
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,26 +40,9 @@ from tests.logged_steps import assert_steps_lost_as_logged
 PREEMPTOR = "poc-urgent"  # scripts/slurm-up: PriorityTier 10 over poc's 1, poc's GraceTime 5
 
 
-@pytest.fixture(scope="module")
-def harness_env(slurm_session: dict[str, str], criu_binary: str) -> Iterator[None]:
-    """The harness and the jobs (sbatch exports this environment) use the session's cluster
-    and the session's CRIU."""
-    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "CKPT_POC_CRIU")}
-    os.environ["SLURM_CONF"] = slurm_session["SLURM_CONF"]
-    os.environ["CKPT_POC_CRIU"] = criu_binary
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 @pytest.fixture
-def slurm_env(harness_env: None, slurm_env: dict[str, str]) -> dict[str, str]:
-    return slurm_env
+def slurm_env(slurm_jobs_env: dict[str, str]) -> dict[str, str]:
+    return slurm_jobs_env
 
 
 def notice_plan(tmp_path: Path, faults: list[Fault]) -> Plan:

@@ -12,9 +12,7 @@ node up run side by side).
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -38,26 +36,9 @@ from tests.conftest import REPO
 pytestmark = [pytest.mark.slurm, pytest.mark.criu]
 
 
-@pytest.fixture(scope="module")
-def harness_env(slurm_session: dict[str, str], criu_binary: str) -> Iterator[None]:
-    """The harness and the jobs (sbatch exports this environment) use the session's cluster
-    and the session's CRIU."""
-    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "CKPT_POC_CRIU")}
-    os.environ["SLURM_CONF"] = slurm_session["SLURM_CONF"]
-    os.environ["CKPT_POC_CRIU"] = criu_binary
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 @pytest.fixture
-def slurm_env(harness_env: None, slurm_env: dict[str, str]) -> dict[str, str]:
-    return slurm_env
+def slurm_env(slurm_jobs_env: dict[str, str]) -> dict[str, str]:
+    return slurm_jobs_env
 
 
 def slurm_plan(tmp_path: Path, faults: list[Fault], repeats: int) -> Plan:

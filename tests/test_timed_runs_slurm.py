@@ -11,9 +11,7 @@ The cluster is the session's (tests/conftest.py: slurm_env), handed over with no
 
 from __future__ import annotations
 
-import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,26 +38,9 @@ SHORT_RUN = [
 ]
 
 
-@pytest.fixture(scope="module")
-def harness_env(slurm_session: dict[str, str], criu_binary: str) -> Iterator[None]:
-    """The harness and the jobs (sbatch exports this environment) use the session's cluster
-    and the session's CRIU."""
-    saved = {k: os.environ.get(k) for k in ("SLURM_CONF", "CKPT_POC_CRIU")}
-    os.environ["SLURM_CONF"] = slurm_session["SLURM_CONF"]
-    os.environ["CKPT_POC_CRIU"] = criu_binary
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 @pytest.fixture
-def slurm_env(harness_env: None, slurm_env: dict[str, str]) -> dict[str, str]:
-    return slurm_env
+def slurm_env(slurm_jobs_env: dict[str, str]) -> dict[str, str]:
+    return slurm_jobs_env
 
 
 def _slurm(argv: list[str], env: dict[str, str]) -> str:

@@ -55,15 +55,22 @@ def _ns_init(launcher: subprocess.Popen, timeout: float = 10) -> int:
 WORKLOAD_GONE_WAIT_S = 5.0
 
 
-def run(spec: dict[str, Any]) -> int:
-    recorder = EventRecorder(None, jsonl=Path(spec["events"]))
-    trial, arm, node = spec["trial_id"], spec["arm"], spec["node"]
-    if spec.get("fingerprint"):  # the node's, read here rather than on the harness's host
+def _read_the_node(spec: dict[str, Any], recorder: EventRecorder) -> None:
+    """Before `job_started` (so in no clock): the node's fingerprint, read here rather than
+    on the harness's host, and the page cache dropped, when the spec asks."""
+    trial, arm = spec["trial_id"], spec["arm"]
+    if spec.get("fingerprint"):
         from tasks.data.fingerprint import collect_fingerprint
 
         recorder.record(trial, arm, "node_fingerprint", **collect_fingerprint())
-    if spec.get("drop_caches"):  # before `job_started`: the drop is in no clock
+    if spec.get("drop_caches"):
         recorder.record(trial, arm, "page_cache", state=drop_page_cache())
+
+
+def run(spec: dict[str, Any]) -> int:
+    recorder = EventRecorder(None, jsonl=Path(spec["events"]))
+    trial, arm, node = spec["trial_id"], spec["arm"], spec["node"]
+    _read_the_node(spec, recorder)
     # The job holds its resources from here: the moment `started` marks for recovery.
     restart = restarts()
     recorder.record(
@@ -98,23 +105,9 @@ def run(spec: dict[str, Any]) -> int:
         os.kill(os.getpid(), signum)
 
     signal.signal(signal.SIGTERM, signalled)
-    dump_arm = spec.get("checkpoint_arm", arm)
-    on_request = DumpOnRequest(recorder, trial, dump_arm) if spec.get("dump_on_signal") else None
+    on_request = DumpOnRequest.if_asked(spec, recorder)
     log = Path(spec["log"])
-    # The checkpoint this attempt restores is never cleaned up as stale at start-up.
-    protect = [Path(spec["restore_from"])] if spec["mode"] == "restore" else []
-    criu = (
-        CriuCheckpointer(
-            Path(spec["ckpt_root"]),
-            int(spec["keep"]),
-            recorder,
-            trial,
-            spec.get("checkpoint_arm", arm),  # a cold start's native copy: its dump is managed
-            protect=protect,
-        )
-        if spec.get("checkpoint")
-        else None
-    )
+    criu = _checkpointer(spec, recorder)
     started = _start(spec, criu, recorder)
     if isinstance(started, int):
         return started  # the restore could not run
@@ -144,6 +137,22 @@ def run(spec: dict[str, Any]) -> int:
     return rc
 
 
+def _checkpointer(spec: dict[str, Any], recorder: EventRecorder) -> CriuCheckpointer | None:
+    """The copy's CRIU when the spec checkpoints it (the managed arm, a cold start's copy)."""
+    if not spec.get("checkpoint"):
+        return None
+    # The checkpoint this attempt restores is never cleaned up as stale at start-up.
+    protect = [Path(spec["restore_from"])] if spec["mode"] == "restore" else []
+    return CriuCheckpointer(
+        Path(spec["ckpt_root"]),
+        int(spec["keep"]),
+        recorder,
+        spec["trial_id"],
+        spec.get("checkpoint_arm", spec["arm"]),  # a cold start's native copy: dumped managed
+        protect=protect,
+    )
+
+
 class DumpOnRequest:
     """SIGUSR2 (the harness's `scancel --batch --signal=USR2`): dump the copy once and let
     CRIU end it, so the job ends with a complete checkpoint (cold start's ready copy). The
@@ -158,6 +167,12 @@ class DumpOnRequest:
         self._lock = threading.Lock()
         signal.signal(signal.SIGUSR2, lambda _signum, _frame: self._asked.set())
         threading.Thread(target=self._dump_when_asked, name="dump-on-usr2", daemon=True).start()
+
+    @classmethod
+    def if_asked(cls, spec: dict[str, Any], recorder: EventRecorder) -> DumpOnRequest | None:
+        if not spec.get("dump_on_signal"):
+            return None
+        return cls(recorder, spec["trial_id"], spec.get("checkpoint_arm", spec["arm"]))
 
     def arm_for(self, criu: CriuCheckpointer, proc: WorkloadProcess) -> None:
         self._target = (criu, proc)

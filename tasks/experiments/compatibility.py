@@ -1,7 +1,8 @@
 """The compatibility stage: every workload of the plan through N checkpoint → kill → restore
 cycles, then its fidelity against an uninterrupted reference run.
 
-Per workload (``workloads:``), on the plan's first local slot:
+Per workload (``workloads:``), on the plan's first local slot (on Slurm: the same, inside a
+job of its own on the plan's first node, compatibility_slurm.py):
 
 1. the reference run: ``prepare`` in its own folder, then the command, uninterrupted, to
    its end (a job) or until ready and queried (a service, ``ready_probe`` and no progress
@@ -100,14 +101,26 @@ class Sweep:
         return make_copy(w, f"workloads.{index}", name, self.run_dir, self.cluster.workdir)
 
 
+# Where the sweep runs: on a local slot (run_compatibility), or in a job of its own on a
+# Slurm node (compatibility_slurm.py), where the same local sweep runs on the node.
+SWEEP_CLUSTERS = ("local", "slurm")
+
+
 def ensure_compatibility_runs(plan: Plan) -> None:
-    if plan.cluster.kind != "local" or plan.checkpointer.kind != "criu":
+    if plan.cluster.kind not in SWEEP_CLUSTERS or plan.checkpointer.kind != "criu":
         raise CompatibilityRefused(
-            "the compatibility stage runs on cluster.kind 'local' with checkpointer 'criu' "
-            f"(this plan: {plan.cluster.kind!r}, {plan.checkpointer.kind!r}); on Slurm it "
-            "is not built: run the sweep with a local plan on one of the test nodes, where "
-            "the same CRIU restores what the Slurm jobs would"
+            f"the compatibility stage runs on cluster.kind {' or '.join(map(repr, SWEEP_CLUSTERS))}"
+            f" with checkpointer 'criu' (this plan: {plan.cluster.kind!r}, "
+            f"{plan.checkpointer.kind!r})"
         )
+
+
+def chosen_workloads(plan: Plan, only: list[str] | None) -> list[tuple[int, Workload]]:
+    """The plan's workloads (index, workload) the sweep takes: all, or those in ``only``."""
+    unknown = sorted(set(only or []) - {w.name for w in plan.workloads})
+    if unknown:
+        raise CompatibilityRefused(f"no workload named {', '.join(unknown)} in the plan")
+    return [(i, w) for i, w in enumerate(plan.workloads) if only is None or w.name in only]
 
 
 def _wait_step(
@@ -525,10 +538,10 @@ def run_compatibility(
     from tasks.engine.checkpointers.criu import find_criu
 
     ensure_compatibility_runs(plan)
+    if plan.cluster.kind != "local":
+        raise CompatibilityRefused("run_compatibility sweeps on local slots: see run_sweep")
     find_criu()  # no CRIU: refused before any copy starts
-    unknown = sorted(set(only or []) - {w.name for w in plan.workloads})
-    if unknown:
-        raise CompatibilityRefused(f"no workload named {', '.join(unknown)} in the plan")
+    chosen = chosen_workloads(plan, only)
     cluster = LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
     recorder = EventRecorder(ctx)
     clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
@@ -543,10 +556,9 @@ def run_compatibility(
     )
     sweeps: list[WorkloadSweep] = []
     try:
-        for index, w in enumerate(plan.workloads):
-            if only is None or w.name in only:
-                cluster.workload = w.name  # the samplers' attribution
-                sweeps.append(sweep_workload(sweep, w, index))
+        for index, w in chosen:
+            cluster.workload = w.name  # the samplers' attribution
+            sweeps.append(sweep_workload(sweep, w, index))
     finally:
         cluster.stop_all()
         cluster.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from tasks.data.plan import Plan
 
 BATCH_SCRIPT = REPO_ROOT / "scripts" / "slurm-job"
+# What a job may run besides the copy's wrapper (tasks.engine.slurm_job): a module of ours.
+JOB_MODULE = re.compile(r"tasks(\.[a-z_][a-z0-9_]*)+")
 ACTIVE_STATES = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
 )
@@ -131,12 +134,15 @@ class SlurmCluster:
         time_limit_min: int | None = None,
         notice_signal: str | None = None,
         exclusive: bool = False,
+        module: str | None = None,
     ) -> SlurmJob:
         """Submit one attempt; ``linked_to`` names the interrupted job it recovers. With
         ``notice_signal`` (a fault with a notice: ``B:USR1@60``) the job may be requeued —
         the same job id comes back in a new allocation — and Slurm sends it that signal as the
         notice (``--signal``: before its time limit, and at preemption)."""
         self._check_node(node)
+        if module is not None and not JOB_MODULE.fullmatch(module):
+            raise BlastRadiusError(f"a job runs a ckpt-poc module (tasks.…), not {module!r}")
         jobs_dir = self.run_dir / "jobs"
         jobs_dir.mkdir(parents=True, exist_ok=True)
         n = len(list(jobs_dir.glob("*.json"))) + 1
@@ -167,7 +173,7 @@ class SlurmCluster:
             argv.append(f"--gres=gpu:{gpus}")
         if time_limit_min:
             argv.append(f"--time={time_limit_min}")
-        argv += [str(BATCH_SCRIPT), sys.executable, str(spec_path)]
+        argv += [str(BATCH_SCRIPT), sys.executable, str(spec_path), *([module] if module else [])]
         job_id = self._run(argv).strip().split(";")[0]
         if not job_id.isdigit():
             raise SlurmError(f"sbatch printed {job_id!r}, not a job id")
