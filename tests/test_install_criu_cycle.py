@@ -140,8 +140,11 @@ def install_env(
     etc = Path(slurm_session["SLURM_CONF"]).parent
     plugstack = etc / "plugstack.conf"
     original = plugstack.read_text()
+    include = f"include {etc / 'plugstack.conf.d'}/*.conf"
+    made_dir = not (etc / "plugstack.conf.d").exists()  # scripts/slurm-up makes it now
     (etc / "plugstack.conf.d").mkdir(exist_ok=True)
-    plugstack.write_text(original + f"include {etc / 'plugstack.conf.d'}/*.conf\n")
+    if include not in original.splitlines():  # a cluster from before slurm-up wrote it
+        plugstack.write_text(original + include + "\n")
     os.environ["SLURM_CONF"] = slurm_session["SLURM_CONF"]
     os.environ["CKPT_POC_CRIU"] = criu_binary
     opt = tmp_path_factory.mktemp("slurm-install") / "opt" / "ckpt-poc"
@@ -150,8 +153,9 @@ def install_env(
         yield
     finally:
         plugstack.write_text(original)
-        with contextlib.suppress(OSError):  # left if a failed test left its hook there
-            (etc / "plugstack.conf.d").rmdir()
+        if made_dir:
+            with contextlib.suppress(OSError):  # left if a failed test left its hook there
+                (etc / "plugstack.conf.d").rmdir()
         for key, value in saved.items():
             if value is None:
                 os.environ.pop(key, None)

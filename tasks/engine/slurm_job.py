@@ -11,6 +11,12 @@
   workload's parent, so Slurm's kill still reaches it), then go on dumping every
   ``interval_s`` as the first attempt did.
 
+Before its first event the job reads the node's fingerprint (``fingerprint: true``: the
+rows then carry the node's, not the harness host's) and drops the node's page cache
+(``drop_caches: true``), so neither is in any clock. With ``dump_request: PATH`` (cold
+start's ready copy) the copy is dumped once that file exists, and CRIU ends it;
+``checkpoint_arm`` names the arm its dumps are recorded under, when not the job's own.
+
 The job exits with the workload's status, or fails with the exception that ended its
 checkpoint thread. Its events (`job_started` first thing, then `workload_started`, the
 checkpoint and restore events) are appended as JSON lines to ``events``, which the harness
@@ -130,6 +136,8 @@ def run(spec: dict[str, Any]) -> int:
             on_request.arm_for(criu, proc)
     rc = root.wait()
     recorder.record(trial, arm, "workload_exited", rc=rc)
+    if on_request is not None:
+        on_request.wait_if_dumping()
     if on_notice is not None:
         on_notice.wait_for_the_kill()  # ended by its notice dump: the requeue ends the job
     if periodic is not None:
@@ -154,40 +162,51 @@ def _checkpointer(spec: dict[str, Any], recorder: EventRecorder) -> CriuCheckpoi
 
 
 class DumpOnRequest:
-    """SIGUSR2 (the harness's `scancel --batch --signal=USR2`): dump the copy once and let
-    CRIU end it, so the job ends with a complete checkpoint (cold start's ready copy). The
-    handler is in place before the workload starts (a request may come as soon as the copy
-    logs its first line); the dump runs in a thread once both the request and the copy are
-    there: a signal handler must not wait on CRIU."""
+    """The harness's request (it creates the spec's ``dump_request`` file): dump the copy
+    once and let CRIU end it, so the job ends with a complete checkpoint (cold start's ready
+    copy). A file, not a signal: Slurm delivers a signal for the batch step to its whole
+    process group, and `unshare`, which the copy's life hangs on (--kill-child), dies of it
+    mid-dump. Watched from before the workload starts (a request may come as soon as the
+    copy logs its first line); the dump runs once both the request and the copy are there."""
 
-    def __init__(self, recorder: EventRecorder, trial: str, arm: str) -> None:
+    POLL_S = 0.01
+
+    def __init__(self, request: Path, recorder: EventRecorder, trial: str, arm: str) -> None:
+        self._request = request
         self._recorder, self._trial, self._arm = recorder, trial, arm
-        self._asked = threading.Event()
         self._target: tuple[CriuCheckpointer, WorkloadProcess] | None = None
-        self._lock = threading.Lock()
-        signal.signal(signal.SIGUSR2, lambda _signum, _frame: self._asked.set())
-        threading.Thread(target=self._dump_when_asked, name="dump-on-usr2", daemon=True).start()
+        self._dumping, self._done = threading.Event(), threading.Event()
+        threading.Thread(target=self._dump_when_asked, name="dump-on-request", daemon=True).start()
 
     @classmethod
     def if_asked(cls, spec: dict[str, Any], recorder: EventRecorder) -> DumpOnRequest | None:
-        if not spec.get("dump_on_signal"):
+        if not spec.get("dump_request"):
             return None
-        return cls(recorder, spec["trial_id"], spec.get("checkpoint_arm", spec["arm"]))
+        arm = spec.get("checkpoint_arm", spec["arm"])
+        return cls(Path(spec["dump_request"]), recorder, spec["trial_id"], arm)
 
     def arm_for(self, criu: CriuCheckpointer, proc: WorkloadProcess) -> None:
         self._target = (criu, proc)
 
     def _dump_when_asked(self) -> None:
-        self._asked.wait()
+        while not self._request.exists() or self._target is None:
+            time.sleep(self.POLL_S)
         self._recorder.record(self._trial, self._arm, "dump_requested")
-        while self._target is None:
-            time.sleep(0.005)
         criu, proc = self._target
+        self._dumping.set()
         try:
             criu.dump(proc, leave_running=False)
         except CriuError as exc:
             reason = str(exc).splitlines()[0][:500]
             self._recorder.record(self._trial, self._arm, "dump_failed", reason=reason)
+        finally:
+            self._done.set()
+
+    def wait_if_dumping(self, timeout: float = 600) -> None:
+        """The copy has exited: when its dump ended it, wait until that dump is complete
+        (CRIU ends the copy a moment before the checkpoint's record is written)."""
+        if self._dumping.is_set():
+            self._done.wait(timeout)
 
 
 def _start(

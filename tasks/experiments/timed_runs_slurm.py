@@ -11,14 +11,16 @@ start-up and the wrapper stay outside it.
   runs as the same wrapper without dumps in ``steady``. Each job reads the node's
   fingerprint itself; the rows carry that, not the harness host's.
 - Cold start: native = the job's own first moment on the node (`job_started`, recorded by
-  its wrapper) → ready; the harness then asks that job (`scancel --batch --signal=USR2`) to
-  dump the ready copy, CRIU ends it, and a second job on the node restores it:
-  restore_start → ready. Both jobs drop the node's page cache first where the node permits
-  it (before their first event: the drop is in no clock) and say so on their row.
+  its wrapper) → ready; the harness then asks that job (a request file beside the copy's
+  log, on the shared folder) to dump the ready copy, CRIU ends it, and a second job on the
+  node restores it: restore_start → ready. Both jobs drop the node's page cache first where
+  the node permits it (before their first event: the drop is in no clock) and say so on
+  their row.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -99,6 +101,12 @@ def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]
 def _page_cache(rec: EventRecorder, trial: str, arm: str) -> str:
     seen = rec.events(trial, arm, "page_cache")
     return str(seen[-1].detail.get("state", "warm")) if seen else "warm"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _wait_ended(cluster: SlurmCluster, job: SlurmJob, timeout_s: float) -> None:
@@ -208,6 +216,7 @@ def cold_start_pair_on_slurm(
     copy_dir = run_folder(ctx) / f"{trial}-copy"
     copy_dir.mkdir(parents=True, exist_ok=True)
     log, events = copy_dir / "workload.log", copy_dir / "job-events.jsonl"
+    request = copy_dir / "dump-request"
     includes = COLD_START_INCLUDES
     native = cold_start_row(plan, trial, "unmanaged", repeat, node, includes["unmanaged"])
     restore: dict[str, Any] | None = None
@@ -225,7 +234,7 @@ def cold_start_pair_on_slurm(
             checkpoint=True,
             mode="run",
             argv=argv,
-            dump_on_signal=True,
+            dump_request=str(request),
             checkpoint_arm="managed",
             fingerprint=True,
             **common,
@@ -249,7 +258,7 @@ def cold_start_pair_on_slurm(
         )
 
         restore = cold_start_row(plan, trial, "managed", repeat, node, includes["managed"])
-        cluster.cancel(job, signal="USR2", batch=True)  # dump the ready copy; CRIU ends it
+        _write_atomically(request, f"dump the ready copy of job {job.job_id}\n")  # CRIU ends it
         _wait_ended(cluster, job, timeout_s)
         probe.stop()
         rec.import_jsonl(events)
