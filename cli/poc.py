@@ -293,10 +293,14 @@ def print_demo_summary(summary: DemoSummary) -> None:
 
 def _demo_undo_install(plan: Path) -> None:
     """After a failed stage: uninstall if the demo installed and has not uninstalled yet."""
+    from tasks.data.errors import PlanError
     from tasks.data.plan import load_plan
     from tasks.poc.progress import poc_state
 
-    loaded = load_plan(plan, check_cluster=False)
+    try:
+        loaded = load_plan(plan, check_cluster=False)
+    except PlanError:  # an invalid plan installed nothing; its problems are said already
+        return
     stages = poc_state(loaded, loaded.data_dir, scheduled=False)["stages"]
     if stages["install"]["status"] == "done" and stages["uninstall"]["status"] != "done":
         err.print("[yellow]a stage failed after the install: uninstalling[/]")

@@ -233,14 +233,22 @@ class PrefectStack:
         )
 
     def run_deployment(
-        self, name: str, parameters: dict[str, Any] | None = None, timeout: int = 150
+        self,
+        name: str,
+        parameters: dict[str, Any] | None = None,
+        timeout: int = 150,
+        env: dict[str, str] | None = None,
     ) -> tuple[str | None, subprocess.CompletedProcess[str]]:
         """``prefect deployment run NAME --params JSON --watch``: (flow run id, process).
+        ``env``: the flow run's environment on the worker (the process pool's ``env`` job
+        variable, as a custom run sets it in the UI).
 
         The CLI exits 0 only when the run ends Completed."""
         args = ["deployment", "run", name, "--watch", "--watch-timeout", str(timeout)]
         if parameters:
             args += ["--params", json.dumps(parameters)]
+        if env:
+            args += ["--job-variable", f"env={json.dumps(env)}"]
         proc = self.prefect(*args, timeout=timeout + 30)
         match = _UUID_RE.search(proc.stdout)
         return (match.group(1) if match else None), proc

@@ -16,7 +16,7 @@ from typing import ClassVar, Protocol
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.engine.clusters.local import LocalCluster
-from tasks.engine.clusters.slurm import SlurmCluster
+from tasks.engine.clusters.slurm import SlurmCluster, node_host
 
 
 class Cluster(Protocol):
@@ -43,11 +43,16 @@ class ClusterKind:
     label: str  # how messages name it ("a Slurm fault")
     build: Callable[[Plan, Path, Path], Cluster] | None  # (plan, run_dir, workdir); None: none here
     nodes_are_this_machine: bool  # every plan node is a slot on the machine the harness runs on
+    # The host a plan node runs on, as the scheduler knows it (None: not known there), for
+    # what must run on the node itself (a sampler) to know which node it is on.
+    host_of: Callable[[str], str | None] = lambda _node: None
 
 
 CLUSTER_KINDS: dict[str, ClusterKind] = {
     "local": ClusterKind("local", "local", LocalCluster.for_plan, nodes_are_this_machine=True),
-    "slurm": ClusterKind("slurm", "Slurm", SlurmCluster.for_plan, nodes_are_this_machine=False),
+    "slurm": ClusterKind(
+        "slurm", "Slurm", SlurmCluster.for_plan, nodes_are_this_machine=False, host_of=node_host
+    ),
     "kubernetes": ClusterKind("kubernetes", "Kubernetes", None, nodes_are_this_machine=False),
 }
 

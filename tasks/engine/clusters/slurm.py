@@ -348,3 +348,21 @@ class SlurmCluster:
 
     def close(self) -> None:
         """Nothing to release: Slurm holds the jobs, and ``stop_all`` ended them."""
+
+
+def node_host(node: str) -> str | None:
+    """The short host name Slurm runs ``node`` on (its NodeHostName; a NodeName is often
+    not the host's own name); None when Slurm cannot say."""
+    try:
+        out = subprocess.run(
+            ["scontrol", "-o", "show", "node", node],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    fields = dict(f.split("=", 1) for f in out.split() if "=" in f)
+    host = fields.get("NodeHostName")
+    return host.split(".")[0] if host else None

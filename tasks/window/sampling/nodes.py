@@ -40,13 +40,23 @@ def nodes_to_sample(plan: Plan, node: str | None = None) -> list[str]:
         raise BlastRadiusError(f"node {node!r} is not one of the plan's nodes {plan.cluster.nodes}")
     if cluster_kind(plan).nodes_are_this_machine or plan.window.sampler == "prometheus":
         return [node] if node else list(plan.cluster.nodes)
-    here = node or socket.gethostname().split(".")[0]
+    here = node or _plan_node_here(plan)
     if here not in plan.cluster.nodes:
         raise BlastRadiusError(
             f"this machine ({here}) is not one of the plan's nodes {plan.cluster.nodes}: the "
             f"{plan.window.sampler} sampler reads the node it runs on; run it there"
         )
     return [here]
+
+
+def _plan_node_here(plan: Plan) -> str:
+    """The plan node this machine is: its own name, else the node the scheduler runs on
+    this host (a Slurm NodeName with this NodeHostName); else this machine's name."""
+    here = socket.gethostname().split(".")[0]
+    if here in plan.cluster.nodes:
+        return here
+    host_of = cluster_kind(plan).host_of
+    return next((n for n in plan.cluster.nodes if host_of(n) == here), here)
 
 
 def experiment_jobs(ctx: RunContext) -> dict[str, tuple[str, str]]:
