@@ -113,3 +113,19 @@ def test_plan_check_wants_a_grace_period_with_a_notice_fault_only(tmp_path: Path
     text = str(bad.value)
     assert "faults.0.grace_s: a sigterm-grace fault needs its grace period" in text
     assert "faults.1.grace_s: only a fault with a notice has a grace period" in text
+
+
+def test_a_copy_that_finishes_its_work_during_the_notice_is_its_rows_outcome(
+    tmp_path: Path, monkeypatch, criu_binary: str
+) -> None:
+    """A grace period longer than the run has left (10 s; the fault comes at step 130 of 400,
+    about 5.4 s before the end): the unmanaged copy ignores the SIGTERM and runs to its end
+    inside the grace. That is the trial's outcome, said on its failed row (there is nothing
+    to recover), and the managed arm's trial still runs and recovers from its notice dump."""
+    trials = _trials(tmp_path, 10.0, monkeypatch, criu_binary)
+    managed, unmanaged = trials.loc["managed"], trials.loc["unmanaged"]
+    assert unmanaged["status"] == "failed"
+    assert unmanaged["fault_outcome"] == "finished its work during the notice"
+    assert "no interruption to recover from" in unmanaged["reason"]
+    assert managed["status"] == "ok", managed["reason"]
+    assert managed["notice_checkpoint"] == "finished" and managed["steps_lost"] == 0

@@ -36,6 +36,7 @@ from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.base import Cluster, cluster_for
 from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.slurm import JobNeverStarted
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, PreflightResult
 from tasks.experiments import trials as experiments
@@ -134,7 +135,9 @@ def run_one_trial(
     a failed row with the error, and the other trials still run."""
     try:
         return runner.run_trial(setup, fault, arm, repeat)
-    except Exception as exc:
+    except JobNeverStarted:
+        raise  # the stage ends with Slurm's reason: no trial could run
+    except Exception as exc:  # one trial's defect must not end the stage
         node = setup.plan.cluster.nodes[0]
         row = base_row(setup, fault.kind, arm, repeat, node, runner.includes)
         log = run_folder(setup.ctx) / f"{row['trial_id']}-{arm}" / "workload.log"

@@ -15,7 +15,7 @@ from tasks.engine.checkpointers.criu import (
     CriuError,
 )
 from tasks.engine.clock import Event, EventRecorder, span_s
-from tasks.engine.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmError
+from tasks.engine.clusters.slurm import ACTIVE_STATES, JobNeverStarted, SlurmCluster, SlurmError
 from tasks.engine.faults import fault_kind, inject_fault
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import PreflightResult, await_first_sign
@@ -117,9 +117,7 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         spec = job_spec(setup, trial, arm, copy_dir, log, mode="run", argv=argv)
         job = cluster.submit(node, arm, spec, name=trial, log=log, gpus=gpus)
         row["job_id"] = job.job_id
-        running = cluster.wait_until(job, lambda s: s == "RUNNING", setup.timeout_s)
-        if running is None:
-            raise TrialFailed(f"job {job.job_id} never started within {setup.timeout_s:.0f} s")
+        cluster.wait_started(job, setup.timeout_s)  # never: the stage ends, with Slurm's reason
         allocated = cluster.allocated_gpus(job)
         if gpus and allocated:
             row.update(gpus=allocated, gpus_from="allocation")
@@ -152,6 +150,8 @@ def run_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
             fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step
         )
         serve_and_measure(row, setup, probe, log, killed_at, moments)
+    except JobNeverStarted:
+        raise
     except (TrialFailed, CriuError, SlurmError, CkptPocError) as exc:
         fail_trial(row, rec, exc, log)
     finally:

@@ -26,7 +26,7 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Fault
 from tasks.engine.checkpointers.criu import CriuError
 from tasks.engine.clock import Event, span_s
-from tasks.engine.clusters.slurm import SlurmCluster, SlurmError, SlurmJob
+from tasks.engine.clusters.slurm import JobNeverStarted, SlurmCluster, SlurmError, SlurmJob
 from tasks.engine.faults import NOTICE_SIGNAL, fault_kind, has_notice, inject_fault
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.probes import LogProgressProbe, last_step_before
@@ -127,8 +127,7 @@ def run_slurm_notice_trial(
             notice_signal=f"B:{NOTICE_SIGNAL}@{warn}",
         )
         row["job_id"] = row["recovery_job_id"] = job.job_id  # requeued: the same id
-        if cluster.wait_until(job, lambda s: s == "RUNNING", setup.timeout_s) is None:
-            raise TrialFailed(f"job {job.job_id} never started within {setup.timeout_s:.0f} s")
+        cluster.wait_started(job, setup.timeout_s)  # never: the stage ends, with Slurm's reason
         allocated = cluster.allocated_gpus(job)
         if plan.workload.gpus and allocated:
             row.update(gpus=allocated, gpus_from="allocation")
@@ -159,6 +158,8 @@ def run_slurm_notice_trial(
             fault_ev, detected, started, restored, recoverable, step_at_fault, resume_step, stopped
         )
         serve_and_measure(row, setup, probe, log, killed_at, moments)
+    except JobNeverStarted:
+        raise
     except (TrialFailed, CriuError, SlurmError, CkptPocError) as exc:
         fail_trial(row, rec, exc, log)
     finally:

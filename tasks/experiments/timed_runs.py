@@ -8,13 +8,15 @@ their rows here, so a row means the same whichever backend ran it.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
-from tasks.engine.probes import LogProgressProbe
+from tasks.engine.clock import Event, EventRecorder, span_s
+from tasks.engine.probes import LogProgressProbe, wait_ready
 from tasks.experiments.clocks import clock_of
-from tasks.experiments.trials import workload_hash
+from tasks.experiments.trials import LOG_TAIL, workload_hash
 
 
 class RunFailed(CkptPocError):
@@ -72,3 +74,54 @@ def cold_start_row(
         "nodes": node,
         "workload_hash": workload_hash(plan),
     }
+
+
+def wait_for_ready(
+    plan: Plan,
+    probe: LogProgressProbe,
+    rec: EventRecorder,
+    trial: str,
+    arm: str,
+    *,
+    after_offset: int,
+    timeout_s: float,
+    alive: Callable[[], bool],
+    who: str,
+) -> Event:
+    """The plan's ready signal from the copy (``who`` names it in a failure): its ready URL
+    answering 200, else its first progress line past ``after_offset``. The `ready` event
+    ends both clocks."""
+    if plan.workload.ready_probe:
+        url = plan.workload.ready_probe.url
+        if wait_ready(url, rec, trial, arm, timeout=timeout_s, alive=alive):
+            return rec.events(trial, arm, "ready")[-1]
+        raise StartFailed(f"{url} never answered 200 ({who})")
+    seen = probe.wait_for(lambda s: s.offset > after_offset, timeout_s)
+    if seen is None:
+        raise StartFailed(f"no progress line within {timeout_s:.0f} s ({who})")
+    return rec.record(trial, arm, "ready", step=seen.step, probe="first progress line")
+
+
+def restored_numbers(
+    image_bytes: int, started: Event, restored: Event, ready: Event
+) -> dict[str, Any]:
+    """A restore row's numbers: ready and restore seconds, and bytes over restore seconds."""
+    restore_s = span_s(started, restored)
+    return {
+        "status": "ok",
+        "restore": "ok",
+        "ready_s": span_s(started, ready),
+        "restore_s": restore_s,
+        "restore_gbps": image_bytes / restore_s / 1e9 if restore_s > 0 else None,
+    }
+
+
+def fail_starts(
+    rows: list[dict[str, Any] | None], rec: EventRecorder, trial: str, exc: Exception, tail: str
+) -> None:
+    """Every row of the pair not yet ok fails with the reason; one `start_failed` event."""
+    reason = str(exc).splitlines()[0][:500]
+    for row in rows:
+        if row is not None and row.get("status") != "ok":
+            row.update(status="failed", reason=reason, **{LOG_TAIL: tail})
+    rec.record(trial, "managed" if rows[-1] else "unmanaged", "start_failed", reason=reason)

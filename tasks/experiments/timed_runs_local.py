@@ -15,18 +15,21 @@ from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import managed_checkpointer
 from tasks.engine.checkpointers.criu import CriuError
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
-from tasks.engine.clock import Event, EventRecorder, span_s
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clock import EventRecorder, span_s
+from tasks.engine.clusters.local import LocalCluster
 from tasks.engine.page_cache import drop_page_cache
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail, preflight_local
-from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.timed_runs import (
     RunFailed,
     StartFailed,
     cold_start_row,
+    fail_starts,
     fill_progress_span,
     overhead_row,
+    restored_numbers,
+    wait_for_ready,
 )
 from tasks.experiments.trials import LOG_TAIL
 
@@ -90,29 +93,6 @@ def overhead_run_local(
     return row
 
 
-def _ready(
-    plan: Plan,
-    proc: WorkloadProcess,
-    probe: LogProgressProbe,
-    rec: EventRecorder,
-    trial: str,
-    arm: str,
-    after_offset: int,
-    timeout_s: float,
-) -> Event:
-    """Wait for the plan's ready signal; the `ready` event ends both clocks."""
-    if plan.workload.ready_probe:
-        if wait_ready(
-            plan.workload.ready_probe.url, rec, trial, arm, timeout=timeout_s, alive=proc.alive
-        ):
-            return rec.events(trial, arm, "ready")[-1]
-        raise StartFailed(f"{plan.workload.ready_probe.url} never answered 200 ({arm})")
-    seen = probe.wait_for(lambda s: s.offset > after_offset, timeout_s)
-    if seen is None:
-        raise StartFailed(f"no progress line within {timeout_s:.0f} s ({arm})")
-    return rec.record(trial, arm, "ready", step=seen.step, probe="first progress line")
-
-
 COLD_START_INCLUDES = {
     "unmanaged": "process start, imports and initialisation up to ready",
     "managed": "criu restore of the ready copy, then up to ready",
@@ -146,7 +126,10 @@ def cold_start_pair_local(
         proc = cluster.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
         probe = LogProgressProbe(proc.log, regex, rec, trial, "unmanaged").start()
         probes.append(probe)
-        ready = _ready(plan, proc, probe, rec, trial, "unmanaged", -1, timeout_s)
+        ready = wait_for_ready(
+            plan, probe, rec, trial, "unmanaged",
+            after_offset=-1, timeout_s=timeout_s, alive=proc.alive, who="unmanaged",
+        )  # fmt: skip
         native.update(status="ok", ready_s=span_s(launch, ready))
 
         restore = cold_start_row(
@@ -171,22 +154,14 @@ def cold_start_pair_local(
         # descriptors): only lines past what the native copy wrote count.
         probe = LogProgressProbe(proc.log, regex, rec, trial, "managed").start()
         probes.append(probe)
-        ready = _ready(plan, new, probe, rec, trial, "managed", killed_at, timeout_s)
-        restore_s = span_s(started, restored)
-        restore.update(
-            status="ok",
-            restore="ok",
-            ready_s=span_s(started, ready),
-            restore_s=restore_s,
-            restore_gbps=point.image_bytes / restore_s / 1e9 if restore_s > 0 else None,
-        )
+        ready = wait_for_ready(
+            plan, probe, rec, trial, "managed",
+            after_offset=killed_at, timeout_s=timeout_s, alive=new.alive, who="managed",
+        )  # fmt: skip
+        restore.update(restored_numbers(point.image_bytes, started, restored, ready))
     except (StartFailed, CriuError, CkptPocError) as exc:
-        reason = str(exc).splitlines()[0][:500]
         tail = log_tail(cluster.log_path(slot, "unmanaged", trial))  # the restore writes on in it
-        for row in (native, restore):
-            if row is not None and row.get("status") != "ok":
-                row.update(status="failed", reason=reason, **{LOG_TAIL: tail})
-        rec.record(trial, "managed" if restore else "unmanaged", "start_failed", reason=reason)
+        fail_starts([native, restore], rec, trial, exc, tail)
     finally:
         for probe in probes:
             probe.stop()

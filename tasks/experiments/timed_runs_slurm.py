@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,16 @@ from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.clusters.slurm import ACTIVE_STATES, JobNeverStarted, SlurmCluster, SlurmJob
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail
-from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.timed_runs import (
     RunFailed,
     StartFailed,
     cold_start_row,
+    fail_starts,
     fill_progress_span,
     overhead_row,
+    restored_numbers,
+    wait_for_ready,
 )
 from tasks.experiments.trials import LOG_TAIL
 
@@ -109,6 +113,10 @@ def _write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _alive(cluster: SlurmCluster, job: SlurmJob) -> Callable[[], bool]:
+    return lambda: cluster.observe(job)[0] in ACTIVE_STATES
+
+
 def _wait_ended(cluster: SlurmCluster, job: SlurmJob, timeout_s: float) -> None:
     if cluster.wait_until(job, lambda s: s not in ACTIVE_STATES, timeout_s) is None:
         raise RunFailed(f"job {job.job_id} did not end within {timeout_s:.0f} s")
@@ -172,33 +180,6 @@ def overhead_run_on_slurm(
     return row
 
 
-def _ready(
-    plan: Plan,
-    cluster: SlurmCluster,
-    job: SlurmJob,
-    probe: LogProgressProbe,
-    rec: EventRecorder,
-    trial: str,
-    arm: str,
-    after_offset: int,
-    timeout_s: float,
-) -> Event:
-    """The plan's ready signal from the job's copy; the `ready` event ends both clocks."""
-    if plan.workload.ready_probe:
-        url = plan.workload.ready_probe.url
-
-        def alive() -> bool:
-            return cluster.observe(job)[0] in ACTIVE_STATES
-
-        if wait_ready(url, rec, trial, arm, timeout=timeout_s, alive=alive):
-            return rec.events(trial, arm, "ready")[-1]
-        raise StartFailed(f"{url} never answered 200 ({arm}, job {job.job_id})")
-    seen = probe.wait_for(lambda s: s.offset > after_offset, timeout_s)
-    if seen is None:
-        raise StartFailed(f"no progress line within {timeout_s:.0f} s ({arm}, job {job.job_id})")
-    return rec.record(trial, arm, "ready", step=seen.step, probe="first progress line")
-
-
 # long: one native start, its dump and one restore, each step a line the reader can follow
 def cold_start_pair_on_slurm(
     plan: Plan,
@@ -249,7 +230,11 @@ def cold_start_pair_on_slurm(
         if started is None:
             raise StartFailed(f"job {job.job_id} ran but never reported starting")
         launch = rec.alias(started, "launch", job_id=job.job_id, node=node)
-        ready = _ready(plan, cluster, job, probe, rec, trial, "unmanaged", -1, timeout_s)
+        ready = wait_for_ready(
+            plan, probe, rec, trial, "unmanaged",
+            after_offset=-1, timeout_s=timeout_s, alive=_alive(cluster, job),
+            who=f"unmanaged, job {job.job_id}",
+        )  # fmt: skip
         native.update(
             status="ok",
             ready_s=span_s(launch, ready),
@@ -294,25 +279,20 @@ def cold_start_pair_on_slurm(
         # The restored copy writes on into the native copy's log (CRIU restores its file
         # descriptors): only lines past what the native copy wrote count.
         probes.append(probe := LogProgressProbe(log, regex, rec, trial, "managed").start())
-        ready = _ready(plan, cluster, new, probe, rec, trial, "managed", killed_at, timeout_s)
-        restore_s = span_s(restore_start, restored)
+        ready = wait_for_ready(
+            plan, probe, rec, trial, "managed",
+            after_offset=killed_at, timeout_s=timeout_s, alive=_alive(cluster, new),
+            who=f"managed, job {new.job_id}",
+        )  # fmt: skip
         restore.update(
-            status="ok",
-            restore="ok",
-            ready_s=span_s(restore_start, ready),
-            restore_s=restore_s,
-            restore_gbps=point.image_bytes / restore_s / 1e9 if restore_s > 0 else None,
+            restored_numbers(point.image_bytes, restore_start, restored, ready),
             page_cache=_page_cache(rec, trial, "managed"),
             **node_fingerprint(rec, trial, "managed"),
         )
     except JobNeverStarted:
         raise
     except (StartFailed, RunFailed, CriuError, CkptPocError) as exc:
-        reason = str(exc).splitlines()[0][:500]
-        for row in (native, restore):
-            if row is not None and row.get("status") != "ok":
-                row.update(status="failed", reason=reason, **{LOG_TAIL: log_tail(log)})
-        rec.record(trial, "managed" if restore else "unmanaged", "start_failed", reason=reason)
+        fail_starts([native, restore], rec, trial, exc, log_tail(log))
     finally:
         for probe in probes:
             probe.stop()
