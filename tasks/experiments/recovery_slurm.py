@@ -4,7 +4,6 @@ fault, a new linked job that restores (managed) or resubmits (unmanaged) it."""
 from __future__ import annotations
 
 import contextlib
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ from tasks.engine.checkpointers.criu import (
     CriuCheckpointer,
     CriuError,
 )
-from tasks.engine.clock import Event, EventRecorder, span_s
+from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.slurm import ACTIVE_STATES, JobNeverStarted, SlurmCluster, SlurmError
 from tasks.engine.faults import fault_kind, inject_fault
 from tasks.engine.paths import copy_argv, run_folder
@@ -35,6 +34,7 @@ from tasks.experiments.recovery_trial import (
     restore_attempted,
     serve_and_measure,
 )
+from tasks.experiments.timed_runs_slurm import copy_spec, wait_job_event
 
 INCLUDES = (
     "detection+scheduling+restore+warmup (slurm: detection by squeue poll; scheduling is "
@@ -45,40 +45,9 @@ INCLUDES = (
 def job_spec(
     setup: TrialSetup, trial: str, arm: str, copy_dir: Path, log: Path, **mode: Any
 ) -> dict[str, Any]:
-    plan = setup.plan
-    return {
-        "trial_id": trial,
-        "arm": arm,
-        "node": plan.cluster.nodes[0],
-        "log": str(log),
-        "events": str(copy_dir / "job-events.jsonl"),
-        "ckpt_root": str(copy_dir / "criu"),
-        "interval_s": plan.checkpointer.interval_s,
-        "keep": plan.checkpointer.keep,
-        "checkpoint": arm == "managed",
-        **mode,
-    }
-
-
-def wait_job_event(
-    rec: EventRecorder,
-    events: Path,
-    trial: str,
-    arm: str,
-    names: tuple[str, ...],
-    after: Event,
-    timeout: float,
-) -> Event | None:
-    """The first of ``names`` after ``after`` that the job appends to its events file."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rec.import_jsonl(events)
-        for event in rec.events(trial, arm):
-            if event.event in names and span_s(after, event) >= 0:
-                return event
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.01)
+    """A recovery copy's job: the managed arm checkpoints (timed_runs_slurm.copy_spec)."""
+    checkpoint = arm == "managed"
+    return copy_spec(setup.plan, trial, arm, copy_dir, checkpoint=checkpoint, log=str(log), **mode)
 
 
 # How long the job's own record of Slurm's SIGTERM may take to appear once the job is seen

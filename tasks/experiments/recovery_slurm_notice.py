@@ -36,7 +36,6 @@ from tasks.experiments.recovery_slurm import (
     job_spec,
     preflight_slurm,
     run_slurm_trial,
-    wait_job_event,
 )
 from tasks.experiments.recovery_trial import (
     Moments,
@@ -53,6 +52,7 @@ from tasks.experiments.recovery_trial import (
     restore_attempted,
     serve_and_measure,
 )
+from tasks.experiments.timed_runs_slurm import wait_job_event
 
 NOTICE_INCLUDES = (
     "detection+scheduling+restore+warmup (slurm, a fault with a notice: detection is the "

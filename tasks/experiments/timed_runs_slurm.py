@@ -64,7 +64,8 @@ def copy_spec(
     plan: Plan, trial: str, arm: str, copy_dir: Path, *, checkpoint: bool, **mode: Any
 ) -> dict[str, Any]:
     """The spec a copy's job runs (tasks/engine/slurm_job.py): where it logs and records,
-    where its checkpoints go, and what it does (``mode``: run an argv, or restore)."""
+    where its checkpoints go, and what it does (``mode``: run an argv, or restore; any key
+    given there wins). Recovery's jobs are specified by it too (recovery_slurm.job_spec)."""
     return {
         "trial_id": trial,
         "arm": arm,
@@ -79,16 +80,23 @@ def copy_spec(
     }
 
 
-def job_event(
-    rec: EventRecorder, events: Path, trial: str, arm: str, names: tuple[str, ...], timeout: float
+def wait_job_event(
+    rec: EventRecorder,
+    events: Path,
+    trial: str,
+    arm: str,
+    names: tuple[str, ...],
+    after: Event | None,
+    timeout: float,
 ) -> Event | None:
-    """The first of ``names`` the job recorded for (trial, arm); None after ``timeout``."""
+    """The first of ``names`` (after ``after``, when given) that the job appends to its
+    events file for (trial, arm); None after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         rec.import_jsonl(events)
-        found = [e for e in rec.events(trial, arm) if e.event in names]
-        if found:
-            return found[0]
+        for event in rec.events(trial, arm):
+            if event.event in names and (after is None or span_s(after, event) >= 0):
+                return event
         if time.monotonic() >= deadline:
             return None
         time.sleep(0.01)
@@ -156,7 +164,7 @@ def overhead_run_on_slurm(
         probe.start()
         _wait_ended(cluster, job, timeout_s)
         probe.poll()  # the last lines, written just before the end
-        exited = job_event(rec, events, trial, arm, ("workload_exited",), 10)
+        exited = wait_job_event(rec, events, trial, arm, ("workload_exited",), None, 10)
         rc = exited.detail.get("rc") if exited else None
         rec.record(trial, arm, "exited", rc=rc, job_id=job.job_id)
         if exited is None:
@@ -226,7 +234,7 @@ def cold_start_pair_on_slurm(
         native["job_id"] = job.job_id
         cluster.wait_started(job, timeout_s)
         probes.append(probe := LogProgressProbe(log, regex, rec, trial, "unmanaged").start())
-        started = job_event(rec, events, trial, "unmanaged", ("job_started",), timeout_s)
+        started = wait_job_event(rec, events, trial, "unmanaged", ("job_started",), None, timeout_s)
         if started is None:
             raise StartFailed(f"job {job.job_id} ran but never reported starting")
         launch = rec.alias(started, "launch", job_id=job.job_id, node=node)
@@ -270,7 +278,7 @@ def cold_start_pair_on_slurm(
         restore["job_id"] = new.job_id
         cluster.wait_started(new, timeout_s)
         names = ("restored", "restore_failed")
-        restored = job_event(rec, events, trial, "managed", names, timeout_s)
+        restored = wait_job_event(rec, events, trial, "managed", names, None, timeout_s)
         if restored is None or restored.event == "restore_failed":
             tail = str(restored.detail.get("log_tail", "")) if restored else ""
             last = tail.strip().splitlines()[-1] if tail.strip() else "no restore event"
