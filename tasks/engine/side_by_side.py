@@ -1,16 +1,17 @@
-"""The embedded default engine: one workload, a managed and an unmanaged copy, one clock.
+"""The engine on its own: one workload, a managed and an unmanaged copy, one clock.
 
-`run_side_by_side` starts the plan's workload twice on the local cluster's slots — the
-managed copy checkpointed by CRIU at the plan's interval, the unmanaged copy beside it with
-nothing but its own application checkpoints — follows both with the same probes, and
-records every moment as an event. The recovery, overhead and cold-start experiments build
-on it.
+`run_side_by_side` starts the plan's workload twice on the plan's cluster, whatever its kind
+(`Cluster.start_copy`: a process on a local slot, or a batch job pinned to the Slurm node) —
+the managed copy opted in to the plan's checkpointer at its interval, the unmanaged copy
+beside it with nothing but its own application checkpoints — follows both logs with the
+same probes, and records every moment as an event. The recovery, overhead and cold-start
+experiments build on the same pieces.
 
-However the run ends, it leaves nothing running and its record behind: the cluster's reaper
-ends the copies (restored ones too) if the harness is killed, every event is journalled to
-`<run folder>/events.jsonl` as it happens, checkpoint folders a killed run left are removed
-by the next run, and an exception in a worker thread (a probe, the checkpoint schedule)
-fails the run with that exception.
+However the run ends, it leaves nothing running and its record behind: the cluster ends the
+copies (locally its reaper, restored copies too, if the harness is killed; on Slurm the
+jobs are cancelled), every event is journalled to `<run folder>/events.jsonl` as it
+happens, checkpoint folders a killed run left are removed by the next run, and an exception
+in a worker thread (a probe, the checkpoint schedule) fails the run with that exception.
 """
 
 from __future__ import annotations
@@ -27,15 +28,16 @@ from tasks.data.arms import ARMS
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
-from tasks.engine.checkpointers.base import Checkpointer, ensure_runs_on, managed_checkpointer
+from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
-from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.base import CLUSTER_KINDS, Cluster, cluster_for
+from tasks.engine.clusters.copies import CopyEnd, CopyRequest, WorkloadCopy
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.probes import LogProgressProbe, wait_ready
 
-LOCAL_ONLY = ("local",)  # the copies are LocalCluster processes, side by side on its slots
+# Every backend that builds a cluster starts copies (the `Cluster` protocol).
+RUNS_ON = tuple(kind for kind, entry in CLUSTER_KINDS.items() if entry.build is not None)
 
 
 class SurfacingProbe(LogProgressProbe):
@@ -63,35 +65,27 @@ class SurfacingProbe(LogProgressProbe):
 
 
 class WorkerThreads:
-    """The run's worker threads; ``check()`` raises the first exception that ended one."""
+    """The run's probe threads; ``check()`` raises the first exception that ended one."""
 
     def __init__(self) -> None:
-        self.periodic: PeriodicCheckpoints | None = None
         self.probes: list[SurfacingProbe] = []
 
     def check(self) -> None:
         for probe in self.probes:
             probe.check()
-        if self.periodic is not None:
-            self.periodic.check()
 
-    def alive_and_well(self, proc: WorkloadProcess) -> Callable[[], bool]:
-        """``proc.alive``, raising first if a worker died (for loops that poll ``alive``)."""
+    def alive_and_well(self, alive: Callable[[], bool]) -> Callable[[], bool]:
+        """``alive``, raising first if a worker died (for loops that poll it)."""
 
-        def alive() -> bool:
+        def checked() -> bool:
             self.check()
-            return proc.alive()
+            return alive()
 
-        return alive
+        return checked
 
     def stop(self) -> list[BaseException]:
-        """Stop every worker; what ended any of them, raised by none of them yet."""
+        """Stop every probe; what ended any of them, raised by none of them yet."""
         failures: list[BaseException] = []
-        if self.periodic is not None:
-            try:
-                self.periodic.stop()
-            except BaseException as exc:
-                failures.append(exc)
         for probe in self.probes:
             probe.stop()
             if probe.failure is not None:
@@ -103,7 +97,7 @@ class WorkerThreads:
 class ArmResult:
     arm: str
     slot: str
-    pid: int
+    pid: int | None  # a local copy's; a Slurm copy has its job instead
     last_step: int | None = None
     ready: bool | None = None
     exited: bool = False
@@ -119,6 +113,7 @@ class SideBySideResult:
     events: int
     dumps_cut_by_exit: int = 0
     events_files: list[Path] = field(default_factory=list)
+    job_ids: dict[str, str] = field(default_factory=dict)  # arm → its Slurm job
 
     def summary(self) -> dict[str, Any]:
         dumps = [c["dump_s"] for c in self.checkpoints]
@@ -136,13 +131,16 @@ class SideBySideResult:
             "checkpoint_errors": self.checkpoint_errors,
             "dumps_cut_by_exit": self.dumps_cut_by_exit,
             "events": self.events,
+            **({"job_ids": self.job_ids} if self.job_ids else {}),
         }
 
 
 def ensure_engine_supports(plan: Plan) -> None:
-    ensure_runs_on(plan, "the side-by-side engine runs", LOCAL_ONLY)
+    ensure_runs_on(plan, "the side-by-side engine runs", RUNS_ON)
     if plan.workload.command is None:
-        raise CkptPocError("workload.script is for Slurm and Kubernetes: give workload.command")
+        raise CkptPocError(
+            "the side-by-side engine runs workload.command on every cluster: give it"
+        )
 
 
 def run_side_by_side(
@@ -151,9 +149,7 @@ def run_side_by_side(
     """Run both copies until training ends (or, for a server, ``serve_s`` after ready)."""
     ensure_engine_supports(plan)
     run_dir = run_folder(ctx)
-    cluster = LocalCluster(
-        list(plan.cluster.nodes), run_dir, workdir=Path.cwd(), workload=plan.workload.name
-    )
+    cluster = cluster_for(plan, run_dir, Path.cwd())
     recorder = EventRecorder(ctx)
     trial = "side-by-side"
     # What killed runs of this PoC left (their owners are gone; a live run's are not touched).
@@ -161,67 +157,75 @@ def run_side_by_side(
     if stale:
         recorder.record(trial, "managed", "stale_checkpoints_removed", folders=stale)
     slots = {"unmanaged": plan.cluster.nodes[-1], "managed": plan.cluster.nodes[0]}
-    procs: dict[str, WorkloadProcess] = {}
+    copies: dict[str, WorkloadCopy] = {}
     workers = WorkerThreads()
-    criu: Checkpointer | None = None
+    ends: dict[str, CopyEnd] = {}
     try:
-        _start_copies(plan, cluster, run_dir, recorder, trial, slots, procs, workers)
-        criu = managed_checkpointer(plan, run_dir / "criu", recorder, trial)
-        workers.periodic = PeriodicCheckpoints(
-            criu, procs["managed"], plan.checkpointer.interval_s
-        ).start()
-        ready = _follow_copies(plan, recorder, trial, procs, workers, timeout_s, serve_s)
-        for arm, proc in procs.items():
-            if not proc.alive():
-                recorder.record(trial, arm, "exited", pid=proc.pid)
+        _start_copies(plan, cluster, run_dir, recorder, trial, slots, copies, workers, timeout_s)
+        ready = _follow_copies(plan, cluster, recorder, trial, copies, workers, timeout_s, serve_s)
+        for arm, copy in copies.items():
+            if not cluster.copy_alive(copy):
+                recorder.record(trial, arm, "exited", **copy.names)
     finally:
         failures = workers.stop()
-        for arm, proc in procs.items():
-            if proc.alive():  # its chain ends here (tasks/window/chains.py: Ended)
-                recorder.record(trial, arm, "stopped_by_harness", pid=proc.pid)
+        for arm, copy in copies.items():
+            ends[arm] = cluster.end_copy(copy)  # no dump from here on
+            failures += ends[arm].failures
+            if cluster.copy_alive(copy):  # its chain ends here (tasks/window/chains.py: Ended)
+                recorder.record(trial, arm, "stopped_by_harness", **copy.names)
         left = cluster.stop_all()
         if left:
-            recorder.record(trial, "managed", "left_running", pids=left)
+            key = "pids" if all(isinstance(x, int) for x in left) else "job_ids"
+            recorder.record(trial, "managed", "left_running", **{key: list(left)})
         cluster.close()
-        if criu is not None:
-            criu.close()
         files = recorder.flush()
     if failures:
         raise failures[0]  # a worker thread died: the run fails with its exception
-    return _result(run_dir, recorder, trial, slots, procs, workers, ready, files)
+    return _result(run_dir, recorder, trial, slots, copies, workers, ready, files, ends)
 
 
 def _start_copies(
     plan: Plan,
-    cluster: LocalCluster,
+    cluster: Cluster,
     run_dir: Path,
     recorder: EventRecorder,
     trial: str,
     slots: dict[str, str],
-    procs: dict[str, WorkloadProcess],
+    copies: dict[str, WorkloadCopy],
     workers: WorkerThreads,
+    timeout_s: float,
 ) -> None:
-    """Start each arm's copy on its slot, and its progress probe; ``procs`` and ``workers``
+    """Start each arm's copy on its node, and its progress probe; ``copies`` and ``workers``
     are filled as each starts, so the caller stops what started even when one fails."""
     for arm in ARMS:
         copy_dir = run_dir / f"{arm}-copy"
-        copy_dir.mkdir(parents=True, exist_ok=True)
+        request = CopyRequest(
+            trial,
+            arm,
+            slots[arm],
+            copy_dir,
+            copy_argv(plan.workload.command or [], copy_dir),
+            checkpoint=arm == "managed",  # the managed arm's opt-in
+            checkpoint_root=run_dir / "criu",
+            start_timeout_s=timeout_s,
+        )
         recorder.record(trial, arm, "launch", slot=slots[arm])
-        procs[arm] = cluster.start(slots[arm], arm, copy_argv(plan.workload.command, copy_dir))
-        recorder.record(trial, arm, "started", pid=procs[arm].pid)
+        copies[arm] = cluster.start_copy(request, recorder)
+        recorder.record(trial, arm, "started", **copies[arm].names)
         if plan.workload.progress_probe and plan.workload.progress_probe.log_regex:
             workers.probes.append(
                 SurfacingProbe(
-                    procs[arm].log, plan.workload.progress_probe.log_regex, recorder, trial, arm
+                    copies[arm].log, plan.workload.progress_probe.log_regex, recorder, trial, arm
                 ).start()
             )
 
 
 def _follow_copies(
     plan: Plan,
+    cluster: Cluster,
     recorder: EventRecorder,
     trial: str,
-    procs: dict[str, WorkloadProcess],
+    copies: dict[str, WorkloadCopy],
     workers: WorkerThreads,
     timeout_s: float,
     serve_s: float,
@@ -237,17 +241,23 @@ def _follow_copies(
                 trial,
                 arm,
                 timeout=timeout_s,
-                alive=workers.alive_and_well(procs[arm]),
+                alive=workers.alive_and_well(lambda c=copies[arm]: cluster.copy_alive(c)),
             )
         serve_until = time.monotonic() + serve_s
         while time.monotonic() < serve_until:
             workers.check()
+            for copy in copies.values():
+                cluster.copy_alive(copy)  # raises what ended its checkpointing
             time.sleep(min(0.05, max(0.0, serve_until - time.monotonic())))
     else:
         deadline = time.monotonic() + timeout_s
-        while any(p.alive() for p in procs.values()) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             workers.check()
+            if not any([cluster.copy_alive(c) for c in copies.values()]):
+                break
             time.sleep(0.05)
+    for probe in workers.probes:
+        probe.poll()  # the last lines, written just before the end
     return ready
 
 
@@ -256,37 +266,35 @@ def _result(
     recorder: EventRecorder,
     trial: str,
     slots: dict[str, str],
-    procs: dict[str, WorkloadProcess],
+    copies: dict[str, WorkloadCopy],
     workers: WorkerThreads,
     ready: dict[str, bool],
     files: list[Path],
+    ends: dict[str, CopyEnd],
 ) -> SideBySideResult:
-    probes = workers.probes
-    periodic = workers.periodic
-    last = {p.arm: p.last for p in probes}
+    last = {p.arm: p.last for p in workers.probes}
     arms = {
         arm: ArmResult(
             arm,
             slots[arm],
-            procs[arm].pid,
+            int(copy.names["pid"]) if "pid" in copy.names else None,
             last_step=last[arm].step if last.get(arm) else None,
             ready=ready.get(arm),
             exited=bool(recorder.events(trial, arm, "exited")),
         )
-        for arm in procs
+        for arm, copy in copies.items()
     }
-    ends = [e.detail for e in recorder.events(trial, "managed", "checkpoint_end")]
-    # A dump the workload's own end cut short (it reached its last step while CRIU dumped
-    # it) is said as that, as the trials say it (checkpoints.WORKLOAD_EXITED), not as an error.
-    errors = periodic.errors if periodic else []
+    dumps = [e.detail for e in recorder.events(trial, "managed", "checkpoint_end")]
     skipped = sum(e.detail["ticks"] for e in recorder.events(event="checkpoint_skipped"))
+    end = ends.get("managed", CopyEnd())
     return SideBySideResult(
         run_dir=run_dir,
         arms=arms,
-        checkpoints=ends,
+        checkpoints=dumps,
         skipped_ticks=skipped,
-        checkpoint_errors=[str(e).splitlines()[0] for e in errors if not e.workload_exited],
-        dumps_cut_by_exit=sum(1 for e in errors if e.workload_exited),
+        checkpoint_errors=end.checkpoint_errors,
+        dumps_cut_by_exit=end.dumps_cut_by_exit,
         events=len(recorder.events()),
         events_files=files,
+        job_ids={a: str(c.names["job_id"]) for a, c in copies.items() if "job_id" in c.names},
     )

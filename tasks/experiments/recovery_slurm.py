@@ -34,7 +34,8 @@ from tasks.experiments.recovery_trial import (
     restore_attempted,
     serve_and_measure,
 )
-from tasks.experiments.timed_runs_slurm import copy_spec, wait_job_event
+from tasks.engine.clusters.slurm_copies import copy_spec
+from tasks.experiments.timed_runs_slurm import wait_job_event
 
 INCLUDES = (
     "detection+scheduling+restore+warmup (slurm: detection by squeue poll; scheduling is "

@@ -33,6 +33,7 @@ from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.clusters.slurm import ACTIVE_STATES, JobNeverStarted, SlurmCluster, SlurmJob
+from tasks.engine.clusters.slurm_copies import copy_spec
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail
 from tasks.engine.probes import LogProgressProbe
@@ -58,26 +59,6 @@ COLD_START_INCLUDES = {
 }
 # A cold start's copy dumps only when asked: its periodic interval is past any run.
 NO_PERIODIC_S = 10 * 24 * 3600.0
-
-
-def copy_spec(
-    plan: Plan, trial: str, arm: str, copy_dir: Path, *, checkpoint: bool, **mode: Any
-) -> dict[str, Any]:
-    """The spec a copy's job runs (tasks/engine/slurm_job.py): where it logs and records,
-    where its checkpoints go, and what it does (``mode``: run an argv, or restore; any key
-    given there wins). Recovery's jobs are specified by it too (recovery_slurm.job_spec)."""
-    return {
-        "trial_id": trial,
-        "arm": arm,
-        "node": plan.cluster.nodes[0],
-        "log": str(copy_dir / "workload.log"),
-        "events": str(copy_dir / "job-events.jsonl"),
-        "ckpt_root": str(copy_dir / "criu"),
-        "interval_s": plan.checkpointer.interval_s,
-        "keep": plan.checkpointer.keep,
-        "checkpoint": checkpoint,
-        **mode,
-    }
 
 
 def wait_job_event(

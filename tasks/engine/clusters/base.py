@@ -1,9 +1,10 @@
 """What every cluster backend offers, and the backends keyed by the plan's ``cluster.kind``.
 
-A backend is one module beside this one (local.py, slurm.py) whose cluster class has what
-`Cluster` names, plus one `ClusterKind` entry in `CLUSTER_KINDS`. Kubernetes is in the plan's
-contract (its faults, the Cedana steps) but no backend runs there yet: its entry has no
-class, and `cluster_for` refuses it.
+A backend is a cluster class (local.py, slurm.py) and its copies (local_copies.py,
+slurm_copies.py: a workload copy started, followed and ended the same way on both), plus one
+`ClusterKind` entry in `CLUSTER_KINDS`. Kubernetes is in the plan's contract (its faults, the
+Cedana steps) but no backend runs there yet: its entry has no class, and `cluster_for`
+refuses it.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from typing import ClassVar, Protocol
 
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
-from tasks.engine.clusters.local import LocalCluster
-from tasks.engine.clusters.slurm import SlurmCluster, node_host
+from tasks.engine.clock import EventRecorder
+from tasks.engine.clusters.copies import CopyEnd, CopyRequest, WorkloadCopy
+from tasks.engine.clusters.local_copies import LocalBackend
+from tasks.engine.clusters.slurm import node_host
+from tasks.engine.clusters.slurm_copies import SlurmBackend
 
 
 class Cluster(Protocol):
@@ -27,6 +31,23 @@ class Cluster(Protocol):
     nodes: list[str]
     run_dir: Path
     workdir: Path
+
+    def start_copy(self, request: CopyRequest, recorder: EventRecorder) -> WorkloadCopy:
+        """Start one copy on its plan node, opted in to the plan's checkpointer there when
+        the request says so; it is running (a job: started) when this returns."""
+        ...
+
+    def copy_alive(self, copy: WorkloadCopy) -> bool:
+        """Whether the copy still runs (raising what ended its checkpointing, if anything)."""
+        ...
+
+    def end_copy(self, copy: WorkloadCopy) -> CopyEnd:
+        """The copy has ended or is to be left: stop its checkpointing, take in its records."""
+        ...
+
+    def copy_gpus(self, copy: WorkloadCopy) -> int | None:
+        """The GPUs the copy was given (None: the backend allocates none)."""
+        ...
 
     def stop_all(self) -> Sequence[int | str]:
         """End what this run still runs; what is still running afterwards (empty: none)."""
@@ -49,9 +70,9 @@ class ClusterKind:
 
 
 CLUSTER_KINDS: dict[str, ClusterKind] = {
-    "local": ClusterKind("local", "local", LocalCluster.for_plan, nodes_are_this_machine=True),
+    "local": ClusterKind("local", "local", LocalBackend.for_plan, nodes_are_this_machine=True),
     "slurm": ClusterKind(
-        "slurm", "Slurm", SlurmCluster.for_plan, nodes_are_this_machine=False, host_of=node_host
+        "slurm", "Slurm", SlurmBackend.for_plan, nodes_are_this_machine=False, host_of=node_host
     ),
     "kubernetes": ClusterKind("kubernetes", "Kubernetes", None, nodes_are_this_machine=False),
 }

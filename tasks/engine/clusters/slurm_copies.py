@@ -1,0 +1,115 @@
+"""The Slurm backend's copies: a batch job pinned to the plan's node, running the one
+wrapper every ckpt-poc job runs (tasks/engine/slurm_job.py); the managed arm's job is opted
+in (its wrapper dumps the copy with the node's CRIU every ``checkpointer.interval_s``). The
+job appends its events to a file beside its log, which the harness takes in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.data.plan import Plan
+from tasks.engine.clock import EventRecorder
+from tasks.engine.clusters.copies import CopyEnd, CopyRequest, dump_failures
+from tasks.engine.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmJob
+
+
+def copy_spec(
+    plan: Plan, trial: str, arm: str, copy_dir: Path, *, checkpoint: bool, **mode: Any
+) -> dict[str, Any]:
+    """The spec a copy's job runs (tasks/engine/slurm_job.py): where it logs and records,
+    where its checkpoints go, and what it does (``mode``: run an argv, or restore; any key
+    given there wins). Every Slurm copy, recovery's and the timed runs' too, is specified so."""
+    return {
+        "trial_id": trial,
+        "arm": arm,
+        "node": plan.cluster.nodes[0],
+        "log": str(copy_dir / "workload.log"),
+        "events": str(copy_dir / "job-events.jsonl"),
+        "ckpt_root": str(copy_dir / "criu"),
+        "interval_s": plan.checkpointer.interval_s,
+        "keep": plan.checkpointer.keep,
+        "checkpoint": checkpoint,
+        **mode,
+    }
+
+
+@dataclass
+class SlurmCopy:
+    request: CopyRequest
+    job: SlurmJob
+    recorder: EventRecorder
+
+    @property
+    def log(self) -> Path:
+        return self.job.log
+
+    @property
+    def events(self) -> Path:
+        return self.request.copy_dir / "job-events.jsonl"
+
+    @property
+    def names(self) -> dict[str, str | int]:
+        return {"job_id": self.job.job_id}
+
+
+@dataclass
+class SlurmBackend(SlurmCluster):
+    """The Slurm cluster with its copies (the `Cluster` protocol)."""
+
+    plan: Plan | None = field(default=None, repr=False)
+    copies: list[SlurmCopy] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def for_plan(cls, plan: Plan, run_dir: Path, workdir: Path) -> SlurmBackend:
+        return cls(list(plan.cluster.nodes), plan.cluster.queue, run_dir, workdir, plan=plan)
+
+    def start_copy(self, request: CopyRequest, recorder: EventRecorder) -> SlurmCopy:
+        """Submit the copy's job and wait until it runs; one that never starts is cancelled
+        and raises JobNeverStarted with Slurm's reason (the stage ends with it)."""
+        assert self.plan is not None, "a copy is started for a plan (SlurmBackend.for_plan)"
+        request.copy_dir.mkdir(parents=True, exist_ok=True)
+        log = request.copy_dir / "workload.log"
+        spec = copy_spec(
+            self.plan,
+            request.trial,
+            request.arm,
+            request.copy_dir,
+            checkpoint=request.checkpoint,
+            mode="run",
+            argv=request.argv,
+            ckpt_root=str(request.checkpoints),
+            fingerprint=request.fingerprint,
+        )
+        job = self.submit(
+            request.node,
+            request.arm,
+            spec,
+            name=request.trial,
+            log=log,
+            gpus=self.plan.workload.gpus,
+            exclusive=request.exclusive,
+        )
+        copy = SlurmCopy(request, job, recorder)
+        self.copies.append(copy)
+        self.wait_started(job, request.start_timeout_s)
+        return copy
+
+    def copy_alive(self, copy: SlurmCopy) -> bool:
+        copy.recorder.import_jsonl(copy.events)
+        return self.observe(copy.job)[0] in ACTIVE_STATES
+
+    def end_copy(self, copy: SlurmCopy) -> CopyEnd:
+        copy.recorder.import_jsonl(copy.events)
+        return dump_failures(copy.recorder, copy.request)
+
+    def copy_gpus(self, copy: SlurmCopy) -> int | None:
+        return self.allocated_gpus(copy.job)
+
+    def stop_all(self) -> list[str]:
+        """Cancel what still runs, then take in what the copies' jobs recorded of their end."""
+        left = super().stop_all()
+        for copy in self.copies:
+            copy.recorder.import_jsonl(copy.events)
+        return left
