@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tasks.data.errors import PlanError
-from tasks.data.plan import Fault, load_plan
+from tasks.data.plan import load_plan, parse_fault
 from tasks.data.runctx import make_run_context
 from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.deadline import REPEATS, SIZES_MB, grace_lines
@@ -32,7 +32,7 @@ def _trials(tmp_path: Path, grace_s: float, monkeypatch, criu_binary: str) -> pd
     plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
         update={
             "data_dir": str(tmp_path / "data"),
-            "faults": [Fault(kind="sigterm-grace", grace_s=grace_s)],
+            "faults": [parse_fault(kind="sigterm-grace", grace_s=grace_s)],
             "repeats": 1,
         }
     )
@@ -112,7 +112,8 @@ def test_plan_check_wants_a_grace_period_with_a_notice_fault_only(tmp_path: Path
         load_plan(path)
     text = str(bad.value)
     assert "faults.0.grace_s: a sigterm-grace fault needs its grace period" in text
-    assert "faults.1.grace_s: only a fault with a notice has a grace period" in text
+    # A field on the wrong kind is the schema's error, naming the field and the kind.
+    assert "faults.1.grace_s: a sigkill fault has no grace_s (only sigterm-grace," in text
 
 
 def test_a_copy_that_finishes_its_work_during_the_notice_is_its_rows_outcome(

@@ -24,7 +24,7 @@ import yaml
 
 from tasks.data.datasets import TRIALS
 from tasks.data.errors import BlastRadiusError, PlanError
-from tasks.data.plan import Fault, Plan, load_plan
+from tasks.data.plan import Fault, Plan, load_plan, parse_fault
 from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset
 from tasks.engine.clock import EventRecorder
@@ -96,8 +96,8 @@ def test_preempt_and_drain_resume_the_managed_copy_from_its_notice_checkpoint(
     slurm_env, tmp_path: Path
 ) -> None:
     faults = [
-        Fault(kind="preempt", preemptor_partition=PREEMPTOR, grace_s=5),
-        Fault(kind="drain", grace_s=3),
+        parse_fault(kind="preempt", preemptor_partition=PREEMPTOR, grace_s=5),
+        parse_fault(kind="drain", grace_s=3),
     ]
     plan = notice_plan(tmp_path, faults)
     with open_run(plan, REPO / "plans" / "demo.yaml", "recovery") as ctx:
@@ -148,7 +148,7 @@ def test_preempt_and_drain_resume_the_managed_copy_from_its_notice_checkpoint(
 @pytest.mark.criu
 def test_a_notice_too_short_for_the_dump_is_a_missed_deadline(slurm_env, tmp_path: Path) -> None:
     # 1 ms between the drain's notice and its requeue: no CRIU dump finishes in that.
-    row = one_managed_trial(tmp_path, Fault(kind="drain", grace_s=0.001))
+    row = one_managed_trial(tmp_path, parse_fault(kind="drain", grace_s=0.001))
     assert row["status"] == "ok", row.get("reason")
     assert row["notice_checkpoint"] == "missed"
     # Back from the last periodic checkpoint, the steps since lost, and counted.
@@ -163,7 +163,7 @@ def test_a_warned_time_limit_on_both_arms(slurm_env, tmp_path: Path) -> None:
     # The limit cut to one minute (the copy has run ~3 s); the warning 50 s ahead of it is
     # due at ~10 s and lands at Slurm's next limit check. The two arms run side by side, each
     # its own job and run, because a limit takes 60-90 s to lapse (notes/slurm.md).
-    fault = Fault(kind="time-limit", warn_s=50)
+    fault = parse_fault(kind="time-limit", warn_s=50)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(one_managed_trial, tmp_path / "managed", fault)
         unmanaged = one_managed_trial(tmp_path / "unmanaged", fault, "unmanaged")
@@ -244,7 +244,7 @@ def _refused_at_the_fault(tmp_path: Path, other: str) -> None:
     try:
         cluster.wait_until(job, lambda s: s == "RUNNING", 30)
         recorder = EventRecorder(None, jsonl=tmp_path / "events.jsonl")
-        fault = Fault(kind="preempt", preemptor_partition=PREEMPTOR, grace_s=5)
+        fault = parse_fault(kind="preempt", preemptor_partition=PREEMPTOR, grace_s=5)
         with pytest.raises(BlastRadiusError, match=rf"would also preempt {other} \(someone-else"):
             inject_fault(cluster, job, fault, recorder, "t")
         assert [j.arm for j in cluster.tracked.values()] == ["managed"]  # no preemptor sent
@@ -268,8 +268,8 @@ def test_plan_check_wants_a_preemptor_and_a_warning_only_where_they_belong(
     with pytest.raises(PlanError) as bad:
         load_plan(path, check_cluster=False)
     text = str(bad.value)
-    assert "faults.0.preemptor_partition: a preempt fault names the higher-priority" in text
+    assert "faults.0.preemptor_partition: a preempt fault needs its preemptor (the higher" in text
     assert "faults.1.grace_s: a drain fault needs its grace period" in text
-    assert "faults.2.warn_s: only a time-limit fault has a warning" in text
-    assert "faults.2.preemptor_partition: only a preempt fault has a preemptor" in text
+    assert "faults.2.warn_s: a scancel fault has no warn_s (only time-limit has one)" in text
+    assert "faults.2.preemptor_partition: a scancel fault has no preemptor_partition" in text
     assert "faults.3" not in text

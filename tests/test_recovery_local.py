@@ -21,7 +21,7 @@ import pytest
 
 from tasks.data.datasets import GATES, TRIALS
 from tasks.data.errors import BlastRadiusError
-from tasks.data.plan import Fault, Plan, load_plan
+from tasks.data.plan import Plan, load_plan, parse_fault
 from tasks.data.runctx import make_run_context
 from tasks.data.store import read_dataset
 from tasks.engine import faults
@@ -86,7 +86,7 @@ def _one_fault(plan: Plan, kind: str, tmp_path: Path) -> Plan:
     return plan.model_copy(
         update={
             "data_dir": str(tmp_path / "data"),
-            "faults": [Fault(kind=kind)],
+            "faults": [parse_fault(kind=kind)],
             "repeats": 1,
         }
     )
@@ -143,7 +143,7 @@ def test_faults_refuse_what_the_run_does_not_own(tmp_path: Path) -> None:
     cluster = LocalCluster(list(plan.cluster.nodes), tmp_path / "run", REPO)
     stranger = WorkloadProcess("local-a", "managed", 1, tmp_path / "x.log")
     with pytest.raises(BlastRadiusError):
-        inject_fault(cluster, stranger, Fault(kind="sigkill"), recorder, "t")
+        inject_fault(cluster, stranger, parse_fault(kind="sigkill"), recorder, "t")
     with pytest.raises(BlastRadiusError):
-        inject_fault(cluster, stranger, Fault(kind="scancel"), recorder, "t")
+        inject_fault(cluster, stranger, parse_fault(kind="scancel"), recorder, "t")
     assert recorder.events(event="fault_injected") == []

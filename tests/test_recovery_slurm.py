@@ -21,7 +21,7 @@ import pytest
 
 from tasks.data.datasets import TRIALS
 from tasks.data.errors import BlastRadiusError
-from tasks.data.plan import Fault, Plan, load_plan
+from tasks.data.plan import Fault, Plan, load_plan, parse_fault
 from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset
 from tasks.engine.clock import Event, EventRecorder
@@ -76,7 +76,9 @@ def test_slurm_faults_recover_through_new_linked_jobs(slurm_env, tmp_path: Path)
     node's two GPUs, its recovery job starts once it is gone); node-down after them, alone
     (downing the node ends every job on it)."""
     plan = slurm_plan(
-        tmp_path, [Fault(kind="scancel"), Fault(kind="node-down"), Fault(kind="kill-step")], 3
+        tmp_path,
+        [parse_fault(kind="scancel"), parse_fault(kind="node-down"), parse_fault(kind="kill-step")],
+        3,
     )
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(_recover, plan, plan.faults[0])
@@ -139,7 +141,7 @@ def test_a_time_limit_reached_recovers(slurm_env, tmp_path: Path) -> None:
     """Slurm itself delivers this fault, at its next limit check after the (cut) limit
     lapses: about 90 s per trial, so one repeat, the two arms side by side (each copy holds
     one of the node's two GPUs)."""
-    plan = slurm_plan(tmp_path, [Fault(kind="time-limit")], 1)
+    plan = slurm_plan(tmp_path, [parse_fault(kind="time-limit")], 1)
     command = list(plan.workload.command or [])
     command[command.index("--steps") + 1] = "6000"  # outlives the one-minute limit
     plan = plan.model_copy(
@@ -175,7 +177,7 @@ def test_a_time_limit_reached_recovers(slurm_env, tmp_path: Path) -> None:
 
 
 def test_a_node_that_never_comes_back_is_a_failed_trial(slurm_env, tmp_path: Path) -> None:
-    plan = slurm_plan(tmp_path, [Fault(kind="node-down", down_s=None)], 1)
+    plan = slurm_plan(tmp_path, [parse_fault(kind="node-down", down_s=None)], 1)
     trials = run_recovery(
         plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), timeout_s=12
     ).trials

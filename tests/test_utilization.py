@@ -15,7 +15,7 @@ import pytest
 
 from tasks.data.datasets import EVENTS, UTILIZATION
 from tasks.data.errors import CkptPocError
-from tasks.data.plan import Fault, load_plan
+from tasks.data.plan import load_plan, parse_fault
 from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset, write_dataset
 from tasks.window.chains import CATEGORIES, chain_events, classify_chain, classify_chains
@@ -485,7 +485,11 @@ def test_real_recovery_events_add_up_and_managed_loses_less(
     monkeypatch.setenv("CKPT_POC_CRIU", criu_path)
     plan_path = REPO / "plans" / "demo.yaml"
     plan = load_plan(plan_path).model_copy(
-        update={"data_dir": str(tmp_path / "data"), "faults": [Fault(kind="sigkill")], "repeats": 2}
+        update={
+            "data_dir": str(tmp_path / "data"),
+            "faults": [parse_fault(kind="sigkill")],
+            "repeats": 2,
+        }
     )
     with open_run(plan, plan_path, "recovery") as ctx:
         run = run_recovery(plan, ctx)

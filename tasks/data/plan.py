@@ -35,14 +35,20 @@ from tasks.data.errors import PlanError
 from tasks.data.plan_cluster import check_slurm_nodes
 from tasks.data.plan_dates import ANCHOR, PlanDate, PlanDates, anchor_for, dates_of
 
-# The fault kinds per cluster (tasks/data/plan_faults.py): re-exported from here.
+# The fault kinds, one model each (tasks/data/plan_faults.py): re-exported from here.
 from tasks.data.plan_faults import (  # noqa: F401
     ALL_FAULTS,
     FAULTS_BY_CLUSTER,
     MAX_GRACE_S,
+    MAX_SECONDS,
     MAX_WARN_S,
     NOTICE_FAULTS,
+    ClusterKindName,
+    Fault,
     fault_problems,
+    grace_of,
+    parse_fault,
+    warn_of,
 )
 from tasks.data.plan_preempt import preemptor_problems
 
@@ -112,7 +118,6 @@ MIN_UTILIZATION_WEEKS = 4
 # Upper bounds no real PoC needs. Every number in a plan ends up in a sleep, a timer, a loop
 # count or a comparison; `.inf`, `.nan` or 1e300 there makes a thread die (OverflowError) or a
 # loop never end long after `plan check` said yes, so they are refused up front instead.
-MAX_SECONDS = 7 * 24 * 3600  # checkpoint interval, node down time: a week
 MAX_RUNS = 10_000  # repeats, same-node baseline runs
 MAX_DAYS = 3650  # ten years of accounting history
 MAX_KEPT_CHECKPOINTS = 1000
@@ -258,7 +263,7 @@ class Exit(_Strict):
 
 
 class Cluster(_Strict):
-    kind: Literal["local", "slurm", "kubernetes"]
+    kind: ClusterKindName
     nodes: list[SafeName] = Field(min_length=1, max_length=2)
     queue: SafeName
 
@@ -274,31 +279,6 @@ class Checkpointer(_Strict):
     kind: Literal["criu", "cedana"]
     interval_s: float = Field(gt=0, le=MAX_SECONDS, description="seconds, at most a week")
     keep: int = Field(default=3, ge=1, le=MAX_KEPT_CHECKPOINTS, description="≤ 1000")
-
-
-class Fault(_Strict):
-    kind: str
-    # node-down only: how long the node stays down before the harness returns it to service
-    # (a reboot, a repair); null means it never comes back within the trial.
-    down_s: float | None = Field(default=0, ge=0, le=MAX_SECONDS, description="≤ a week")
-    # A fault with a notice: seconds from the notice (SIGTERM; the managed arm's checkpointer
-    # told) to SIGKILL, as a pod deletion's terminationGracePeriodSeconds or a spot notice.
-    grace_s: float | None = Field(
-        default=None, gt=0, le=MAX_GRACE_S, description="seconds, at most an hour"
-    )
-    # time-limit only: Slurm's warning (`--signal=B:USR1@warn_s`) this long before the limit;
-    # null is today's bare time limit (SIGTERM at the limit). Slurm checks about once a minute.
-    warn_s: int | None = Field(default=None, ge=1, le=MAX_WARN_S, description="seconds ≤ 3600")
-    # preempt only: the higher-priority partition (same nodes) the preemptor job goes to;
-    # plan check refuses one that does not exist or would preempt another's jobs.
-    preemptor_partition: SafeName | None = None
-
-    @field_validator("kind")
-    @classmethod
-    def _known(cls, value: str) -> str:
-        if value not in ALL_FAULTS:
-            raise ValueError(f"unknown fault kind {value!r}; known: {', '.join(ALL_FAULTS)}")
-        return value
 
 
 # What a decision rule may name: the plan's success criteria, and `exit` (every test node's

@@ -14,6 +14,8 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from tasks.data.plan_faults import fault_schema_problem
+
 # --- field paths mapped back to YAML lines ---------------------------------------------------
 
 
@@ -53,12 +55,16 @@ def validation_problems(path: str, root: yaml.Node | None, exc: ValidationError)
     """One ``file:line: field: message`` line per pydantic error, the field as in the YAML."""
     lines = []
     for err in exc.errors():
-        # Drop pydantic's union-branch tags (e.g. 'sacct-file') so paths read like the YAML.
-        loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and _is_branch_tag(p)))
+        fault = fault_schema_problem(err)  # a fault item, in the plan's words (its kind's)
+        if fault is not None:
+            loc, message = fault
+        else:
+            # Drop pydantic's union-branch tags (e.g. 'sacct-file'): paths read as the YAML.
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and _is_branch_tag(p)))
+            message = err["msg"].removeprefix("Value error, ")
+            if err["type"] == "missing":
+                message = "required field is missing"
         field = ".".join(str(p) for p in loc) or "(plan)"
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
-            message = "required field is missing"
         here = file_line(path, root, loc)
         # A cross-field problem lists its own field paths; split them into separate lines.
         for part in message.split("; ") if loc == () else [message]:

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar, Generic, TypeVar
 
 from tasks.data.errors import BlastRadiusError
-from tasks.data.plan import Fault
+from tasks.data.plan import Fault, grace_of, warn_of
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.base import CLUSTER_KINDS, Cluster
 from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
@@ -494,7 +494,7 @@ FAULTS: dict[str, FaultKind[Any, Any]] = {
 
 def has_notice(fault: Fault) -> bool:
     """A fault the job is told of ahead of the kill: a grace period, or a warned limit."""
-    return fault.grace_s is not None or fault.warn_s is not None
+    return grace_of(fault) is not None or warn_of(fault) is not None
 
 
 def faults_on(cluster_kind: str) -> tuple[str, ...]:
@@ -525,10 +525,9 @@ def inject_fault(
     with a notice tells ``on_notice`` first (its grace period is the plan's)."""
     found = fault_kind(fault.kind, cluster.kind)
     if isinstance(found, SigtermGrace):
-        assert fault.grace_s is not None  # the plan requires it
-        return found.inject_with_notice(
-            cluster, target, recorder, trial_id, fault.grace_s, on_notice
-        )
+        grace = grace_of(fault)
+        assert grace is not None  # the plan requires it
+        return found.inject_with_notice(cluster, target, recorder, trial_id, grace, on_notice)
     if isinstance(found, _SlurmNotice | TimeLimit) and has_notice(fault):
         # The managed arm is told by Slurm itself, inside the job (slurm_job.py).
         return found.inject_notice(cluster, target, recorder, trial_id, fault)

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.data.datasets import TRIALS
-from tasks.data.plan import Plan
+from tasks.data.plan import Plan, grace_of
 from tasks.data.store import read_dataset
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.clock import EventRecorder
@@ -139,7 +139,7 @@ def deadline_fit(trials: pd.DataFrame) -> DeadlineFit | None:
 
 def grace_lines(plan: Plan, trials: pd.DataFrame) -> list[str]:
     """One line per notice fault's grace period, or why there is none."""
-    graces = sorted({f.grace_s for f in plan.faults if f.grace_s is not None})
+    graces = sorted({g for f in plan.faults if (g := grace_of(f)) is not None})
     if not graces:
         return []
     fit = deadline_fit(trials)
@@ -152,7 +152,7 @@ def grace_warnings(plan: Plan) -> list[str]:
     """``faults.N.grace_s: …`` for each notice fault whose grace period is shorter than the
     median CRIU dump of the plan's workload committed so far (a notice checkpoint would
     miss its deadline); nothing measured yet, nothing said."""
-    graces = [(i, f.grace_s) for i, f in enumerate(plan.faults) if f.grace_s is not None]
+    graces = [(i, g) for i, f in enumerate(plan.faults) if (g := grace_of(f)) is not None]
     if not graces:
         return []
     trials = read_dataset(

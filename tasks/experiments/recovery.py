@@ -29,7 +29,7 @@ import pandas as pd
 from tasks.data.arms import ARMS  # in order: the unmanaged copy is faulted first
 from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
-from tasks.data.plan import Fault, Plan
+from tasks.data.plan import Fault, Plan, grace_of
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
@@ -149,7 +149,7 @@ def run_one_trial(
 
 def needs_deadline_sweep(plan: Plan) -> bool:
     """A local plan with a notice fault: what its grace period holds is measured here."""
-    return plan.cluster.kind == "local" and any(f.grace_s is not None for f in plan.faults)
+    return plan.cluster.kind == "local" and any(grace_of(f) is not None for f in plan.faults)
 
 
 def run_recovery(

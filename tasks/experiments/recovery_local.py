@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from tasks.data.errors import CkptPocError
-from tasks.data.plan import Fault
+from tasks.data.plan import Fault, grace_of
 from tasks.engine.checkpointers.base import Checkpointer, managed_checkpointer
 from tasks.engine.checkpointers.criu import CriuError
 from tasks.engine.checkpointers.none import NoCheckpointer
@@ -89,7 +89,7 @@ def run_local_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> d
         row["fault_outcome"], stopped = _outcome(fault, rec, trial, arm, row)
         if row["fault_outcome"] == FINISHED_DURING_NOTICE:
             raise TrialFailed(
-                f"the copy {FINISHED_DURING_NOTICE} ({fault.kind}, grace {fault.grace_s} s): "
+                f"the copy {FINISHED_DURING_NOTICE} ({fault.kind}, grace {grace_of(fault)} s): "
                 "no interruption to recover from"
             )
         killed_at = end_torn_line(proc.log)
@@ -142,7 +142,7 @@ def _deliver(
     row: dict[str, Any],
 ) -> Event:
     """The fault; one with a notice tells the managed arm's checkpointer first."""
-    if fault.grace_s is None:
+    if grace_of(fault) is None:
         return inject_fault(cluster, proc, fault, rec, row["trial_id"])
     if criu is None:
         row["notice_checkpoint"] = "none"
@@ -177,7 +177,7 @@ def _outcome(
 ) -> tuple[str, Event | None]:
     """How the fault ended the copy; after a notice, also when the copy stopped computing:
     its notice dump's start (a finished one froze it there), else when it was seen gone."""
-    if fault.grace_s is None:
+    if grace_of(fault) is None:
         return "process gone", None
     gone = rec.events(trial, arm, "work_stopped")[-1]
     if row.get("notice_checkpoint") == "finished":

@@ -15,6 +15,7 @@ from tasks.engine.checkpointers.criu import (
 )
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.slurm import ACTIVE_STATES, JobNeverStarted, SlurmCluster, SlurmError
+from tasks.engine.clusters.slurm_copies import copy_spec
 from tasks.engine.faults import fault_kind, inject_fault
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import PreflightResult, await_first_sign
@@ -34,7 +35,6 @@ from tasks.experiments.recovery_trial import (
     restore_attempted,
     serve_and_measure,
 )
-from tasks.engine.clusters.slurm_copies import copy_spec
 from tasks.experiments.timed_runs_slurm import wait_job_event
 
 INCLUDES = (

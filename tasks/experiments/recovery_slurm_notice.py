@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.data.errors import CkptPocError
-from tasks.data.plan import Fault
+from tasks.data.plan import Fault, grace_of, warn_of
 from tasks.engine.checkpointers.criu import CriuError
 from tasks.engine.clock import Event, span_s
 from tasks.engine.clusters.slurm import JobNeverStarted, SlurmCluster, SlurmError, SlurmJob
@@ -64,6 +64,12 @@ DEFAULT_WARN_S = 60
 STATES_BACK_IN_QUEUE = ("PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD")
 
 
+
+def _notice_s(fault: Fault) -> float:
+    """The seconds from a fault's notice to its kill: its grace, or a time limit's warning."""
+    grace = grace_of(fault)
+    return grace if grace is not None else float(warn_of(fault) or 0)
+
 def run_any_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict:
     """A Slurm trial: with a notice here, else recovery_slurm's (a new linked job)."""
     if has_notice(fault):
@@ -79,7 +85,7 @@ def _notice_spec(
     plan, log = setup.plan, copy_dir / "workload.log"
     app = plan.workload.app_checkpoint
     app_path = app_checkpoint(plan, copy_dir)
-    grace = fault.grace_s if fault.grace_s is not None else float(fault.warn_s or 0)
+    grace = _notice_s(fault)
     requeued = {
         "app_checkpoint": str(app_path) if app_path else None,
         "resume_argv": [*argv, *(app.resume_args if app else [])],
@@ -116,7 +122,7 @@ def run_slurm_notice_trial(
     try:
         launched = rec.record(trial, arm, "launch", node=node)
         spec = _notice_spec(setup, fault, trial, arm, copy_dir, argv)
-        warn = fault.warn_s or DEFAULT_WARN_S
+        warn = warn_of(fault) or DEFAULT_WARN_S
         job = cluster.submit(
             node,
             arm,
@@ -192,7 +198,7 @@ def _notice_and_end(
     fault_ev = rec.alias(notice, "fault_injected", fault=fault.kind)
     # Slurm ends the attempt at its deadline (GraceTime, the limit), the harness's requeue,
     # or the managed copy's own requeue once dumped.
-    grace = fault.grace_s if fault.grace_s is not None else float(fault.warn_s or 0)
+    grace = _notice_s(fault)
     wait = setup.fault_timeout_s + grace + fault_type.detect_grace_s + 30
     ended = cluster.wait_until(job, lambda s: s != "RUNNING", wait)
     if ended is None:
