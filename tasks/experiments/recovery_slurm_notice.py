@@ -64,11 +64,11 @@ DEFAULT_WARN_S = 60
 STATES_BACK_IN_QUEUE = ("PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD")
 
 
-
 def _notice_s(fault: Fault) -> float:
     """The seconds from a fault's notice to its kill: its grace, or a time limit's warning."""
     grace = grace_of(fault)
     return grace if grace is not None else float(warn_of(fault) or 0)
+
 
 def run_any_slurm_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict:
     """A Slurm trial: with a notice here, else recovery_slurm's (a new linked job)."""
