@@ -28,7 +28,8 @@ and until fsync returned) and with O_DIRECT in 16 MiB requests (no page cache: w
 disk itself does), then read back: buffered, cold (page cache dropped) and warm, and with
 O_DIRECT.
 
-Every process is started, tracked and ended through ``tasks.engine.clusters.local.LocalCluster``;
+Every process is started, tracked and ended through
+``tasks.engine.clusters.local.cluster.LocalCluster``;
 ``cluster.stop_all()`` must return ``[]`` at the end (checked in ``finally``), or the run
 exits 1. Images live under ``.run/bench/checkpoint-cost-<time>/`` and are deleted after each
 run; the logs stay. Everything measured goes to ``.run/bench/checkpoint-cost-<time>.json``.
@@ -59,7 +60,8 @@ from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, find_criu
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.local.cluster import LocalCluster
+from tasks.engine.clusters.process import WorkloadProcess
 from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
 
 REPO = Path(__file__).resolve().parent.parent

@@ -61,7 +61,8 @@ from tasks.data.plan import Workload, load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError, find_criu
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.local.cluster import LocalCluster
+from tasks.engine.clusters.process import WorkloadProcess
 from tasks.engine.probes import LogProgressProbe, StepSeen, _Inotify, last_step_before, wait_ready
 from tasks.experiments.compatibility import is_service
 from tasks.experiments.compatibility_copy import Copy, make_copy, run_prepare

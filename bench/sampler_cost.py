@@ -66,7 +66,7 @@ def psutil_sampler(node: str):
 
 
 def procfs_costs(reads: int) -> dict[str, float]:
-    from tasks.engine.clusters.local import LocalCluster
+    from tasks.engine.clusters.local.cluster import LocalCluster
     from tasks.window.sampling.attribution import ProcessAttributor
     from tasks.window.sampling.procfs import ProcfsSampler
 

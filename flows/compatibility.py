@@ -12,7 +12,7 @@ from flows.common import experiment_holding_nodes, failure_reported_as, run_name
 from flows.plan_check import ensure_plan_is_valid
 from tasks.data.plan import Plan
 from tasks.data.runctx import open_run
-from tasks.experiments.compatibility_by_cluster import run_sweep
+from tasks.experiments.backends.registry import run_sweep
 from tasks.experiments.compatibility_result import (
     CompatibilityResult,
     compatibility_markdown,

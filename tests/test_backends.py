@@ -11,8 +11,7 @@ import pytest
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.plan import FAULTS_BY_CLUSTER, Checkpointer, Cluster, load_plan
 from tasks.engine.checkpointers.base import CHECKPOINTERS, RUN_HERE
-from tasks.engine.clusters.base import CLUSTER_KINDS, cluster_for
-from tasks.engine.faults import FAULTS, fault_kind, faults_on
+from tasks.engine.clusters.registry import CLUSTER_KINDS, FAULTS, cluster_for, fault_kind, faults_on
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -14,7 +14,7 @@ import pytest
 
 from tasks.data.plan import load_plan
 from tasks.data.runctx import open_run
-from tasks.experiments.compatibility_by_cluster import run_sweep
+from tasks.experiments.backends.registry import run_sweep
 from tasks.experiments.compatibility_result import compatibility_result
 from tasks.experiments.compatibility_rows import write_and_gate_compatibility
 from tests.test_compatibility import TCP, TRAIN, _plan

@@ -27,7 +27,8 @@ from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.checkpointers.none import NoCheckpointer
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder, read_journal
-from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.local.cluster import LocalCluster
+from tasks.engine.clusters.process import WorkloadProcess
 from tasks.engine.paths import run_folder
 from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
 from tasks.engine.side_by_side import run_side_by_side
@@ -261,7 +262,6 @@ def test_engine_refuses_slots_and_pids_it_does_not_own(engine) -> None:
     cluster, *_ = engine
     with pytest.raises(BlastRadiusError):
         cluster.start("prod-node-7", "managed", ["true"])
-    from tasks.engine.clusters.local import WorkloadProcess
 
     with pytest.raises(BlastRadiusError):
         cluster.kill(WorkloadProcess("local-a", "managed", 1, Path("/dev/null")))

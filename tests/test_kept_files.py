@@ -26,7 +26,7 @@ from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers import open_files
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.local.cluster import LocalCluster
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.criu

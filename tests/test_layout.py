@@ -220,3 +220,69 @@ def test_no_module_or_function_too_long_to_read() -> None:
                 if length > FUNCTION_LINES and not said:
                     wrong.append(f"{rel}:{node.lineno} {node.name}: {length} lines")
     assert not wrong, "\n".join(wrong)
+
+
+# --- backends: one package per layer, reached through the registries ----------------------------
+
+BACKENDS = REPO / "tasks" / "engine" / "clusters"
+STAGE_BACKENDS = REPO / "tasks" / "experiments" / "backends"
+# What may name a backend package: the backends themselves and the two registries.
+MAY_IMPORT_A_BACKEND = (BACKENDS / "registry.py", STAGE_BACKENDS)
+
+
+def _backend_kinds() -> list[str]:
+    return sorted(p.name for p in BACKENDS.iterdir() if (p / "__init__.py").exists())
+
+
+def _imports_of_backends(path: Path, kinds: list[str]) -> list[str]:
+    """The imports of a backend package in ``path``, a module outside every backend."""
+    wrong = []
+    for line, module in _imported_modules(path):
+        for kind in kinds:
+            if (module + ".").startswith(f"tasks.engine.clusters.{kind}."):
+                wrong.append(f"{path.name}:{line} imports {module}")
+    return wrong
+
+
+def _outside_the_backends(path: Path, kinds: list[str]) -> bool:
+    if any(path == p or path.is_relative_to(p) for p in MAY_IMPORT_A_BACKEND):
+        return False
+    return not any(path.is_relative_to(BACKENDS / kind) for kind in kinds)
+
+
+def test_no_module_outside_a_backend_imports_one() -> None:
+    """A stage reaches a backend through the `Cluster` protocol and the registries, never by
+    importing its package (its cluster class, its faults, its job wrapper)."""
+    kinds = _backend_kinds()
+    assert kinds == ["local", "slurm"]
+    wrong: list[str] = []
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            if _outside_the_backends(path, kinds):
+                wrong += [
+                    f"{path.parent.relative_to(REPO)}/{w}"
+                    for w in _imports_of_backends(path, kinds)
+                ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_backend_check_sees_a_stage_importing_a_cluster_class(tmp_path: Path) -> None:
+    bad = tmp_path / "stage.py"
+    bad.write_text("def f():\n    from tasks.engine.clusters.local.cluster import LocalCluster\n")
+    assert _imports_of_backends(bad, ["local", "slurm"])
+    assert _outside_the_backends(TASKS / "experiments" / "overhead.py", ["local", "slurm"])
+    assert not _outside_the_backends(BACKENDS / "slurm" / "job.py", ["local", "slurm"])
+
+
+def test_a_backend_is_one_package_per_layer_and_one_entry_per_registry() -> None:
+    from tasks.engine.clusters.registry import BUILT_KINDS, CLUSTER_KINDS
+    from tasks.experiments.backends.registry import STAGE_RUNNERS
+
+    kinds = _backend_kinds()
+    assert sorted(BUILT_KINDS) == kinds, "a built kind without its package, or one unlisted"
+    assert sorted(STAGE_RUNNERS) == kinds, "a backend without its stages' entry"
+    stages = sorted(p.name for p in STAGE_BACKENDS.iterdir() if (p / "__init__.py").exists())
+    assert stages == kinds
+    for kind in kinds:
+        assert (BACKENDS / kind / "backend.py").exists(), f"{kind}: its registry entry's module"
+        assert CLUSTER_KINDS[kind].build is not None

@@ -28,11 +28,10 @@ from tasks.data.plan import Fault, Plan, load_plan, parse_fault
 from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.slurm import SlurmCluster
+from tasks.engine.clusters.slurm.cluster import SlurmCluster
 from tasks.engine.faults import inject_fault
 from tasks.experiments.recovery import make_cluster, run_recovery, write_and_gate
-from tasks.experiments.recovery_slurm_notice import SLURM_TRIALS
-from tasks.experiments.recovery_trial import TrialSetup
+from tasks.experiments.recovery_trial import TrialSetup, run_trial
 from tests import slurm_cluster
 from tests.conftest import REPO, demo_plan_dict
 from tests.logged_steps import assert_steps_lost_as_logged
@@ -69,7 +68,7 @@ def one_managed_trial(tmp_path: Path, fault: Fault, arm: str = "managed") -> pd.
     ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
     setup = TrialSetup(plan, ctx, make_cluster(plan, ctx), EventRecorder(ctx), 60, 60)
     try:
-        return pd.Series(SLURM_TRIALS.run_trial(setup, fault, arm, 0))
+        return pd.Series(run_trial(setup, fault, arm, 0))
     finally:
         setup.cluster.stop_all()
         setup.recorder.flush()

@@ -82,7 +82,7 @@ import os, subprocess, sys, time
 from pathlib import Path
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.local.cluster import LocalCluster
 from tasks.engine.clusters.reaper import RunReaper
 
 def stall(self, slot, arm, pid, tag=""):

@@ -20,9 +20,10 @@ from tasks.data.datasets import TRIALS
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset
-from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.local.cluster import LocalCluster
+from tasks.engine.clusters.local.preflight import preflight_local
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
-from tasks.engine.preflight import WorkloadDoesNotStart, log_tail, preflight_local
+from tasks.engine.preflight import WorkloadDoesNotStart, log_tail
 from tasks.experiments.recovery import RecoveryStopped, run_recovery, stop_reason, write_and_gate
 from tests.conftest import REPO
 

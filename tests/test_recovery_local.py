@@ -24,10 +24,11 @@ from tasks.data.errors import BlastRadiusError
 from tasks.data.plan import Plan, load_plan, parse_fault
 from tasks.data.runctx import make_run_context
 from tasks.data.store import read_dataset
-from tasks.engine import faults
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.local import faults
+from tasks.engine.clusters.local.cluster import LocalCluster
+from tasks.engine.clusters.process import WorkloadProcess
 from tasks.engine.faults import inject_fault
 from tasks.experiments.recovery import recovery_gate_checks, run_recovery
 from tests.conftest import REPO

@@ -1,7 +1,8 @@
 """Recovery on a real single-node Slurm with real CRIU: all four Slurm faults.
 
 Each copy is a batch job pinned to the plan's node. The managed copy runs under the CRIU
-wrapper (tasks/engine/slurm_job.py) that dumps it every interval into a folder every attempt can
+wrapper (tasks/engine/clusters/slurm/job.py) that dumps it every interval into a folder
+every attempt can
 reach; after the fault a restore job — a new job id, linked to the interrupted one —
 brings it back. The unmanaged copy is resubmitted, resuming its own checkpoint.
 
@@ -25,11 +26,10 @@ from tasks.data.plan import Fault, Plan, load_plan, parse_fault
 from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.slurm import SlurmCluster, SlurmJob
+from tasks.engine.clusters.slurm.cluster import SlurmCluster, SlurmJob
 from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.recovery import RecoveryRun, make_cluster, run_recovery, write_and_gate
-from tasks.experiments.recovery_slurm_notice import SLURM_TRIALS
-from tasks.experiments.recovery_trial import TrialSetup
+from tasks.experiments.recovery_trial import TrialSetup, run_trial
 from tests import slurm_cluster
 from tests.conftest import REPO
 
@@ -130,7 +130,7 @@ def _time_limit_trial(plan: Plan, arm: str, folder: Path) -> tuple[dict, list[Ev
     ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
     setup = TrialSetup(plan, ctx, make_cluster(plan, ctx), EventRecorder(ctx), 50, 60)
     try:
-        row = SLURM_TRIALS.run_trial(setup, plan.faults[0], arm, 0)
+        row = run_trial(setup, plan.faults[0], arm, 0)
     finally:
         setup.cluster.stop_all()
         setup.recorder.flush()

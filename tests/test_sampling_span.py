@@ -28,7 +28,7 @@ from tasks.data.plan import load_plan
 from tasks.data.runctx import open_run
 from tasks.data.runs import committed_runs
 from tasks.data.store import read_dataset
-from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.local.cluster import LocalCluster
 from tasks.window.sampling.nodes import nodes_to_sample, sample
 from tests.conftest import REPO
 

@@ -15,7 +15,7 @@ import pytest
 
 from tasks.data.plan import Plan, load_plan
 from tasks.data.runctx import open_run
-from tasks.engine.clusters.slurm import JobNeverStarted
+from tasks.engine.clusters.slurm.cluster import JobNeverStarted
 from tasks.experiments.overhead import run_overhead
 from tests import slurm_cluster
 from tests.conftest import REPO, demo_plan_dict

@@ -17,7 +17,8 @@ from typing import Protocol
 
 from tasks.data.plan_cluster import MAX_NAMES_QUOTED, SINFO_TIMEOUT_S
 
-# Every job the PoC submits is named so (tasks/engine/clusters/slurm.py); nothing else is its.
+# Every job the PoC submits is named so (tasks/engine/clusters/slurm/cluster.py); nothing
+# else is its.
 POC_JOB_PREFIX = "ckpt-poc-"
 
 

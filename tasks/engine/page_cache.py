@@ -1,6 +1,6 @@
 """Dropping the kernel's clean page cache before a timed start (cold start, DESIGN §4).
 
-Light on purpose: a Slurm job's wrapper (tasks/engine/slurm_job.py) drops it on the node
+Light on purpose: a Slurm job's wrapper (tasks/engine/clusters/slurm/job.py) drops it on the node
 inside the job, before its own first event.
 """
 

@@ -31,13 +31,14 @@ from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.base import CLUSTER_KINDS, Cluster, cluster_for
+from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.copies import CopyEnd, CopyRequest, WorkloadCopy
+from tasks.engine.clusters.registry import BUILT_KINDS, cluster_for
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.probes import LogProgressProbe, wait_ready
 
 # Every backend that builds a cluster starts copies (the `Cluster` protocol).
-RUNS_ON = tuple(kind for kind, entry in CLUSTER_KINDS.items() if entry.build is not None)
+RUNS_ON = BUILT_KINDS
 
 
 class SurfacingProbe(LogProgressProbe):

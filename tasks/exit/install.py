@@ -6,7 +6,7 @@ What install puts where (one prefix per node, one hook, nothing else):
   (``$CKPT_POC_PREFIX_ROOT`` overrides ``/opt/ckpt-poc``):
   ``bin/criu`` (the CRIU scripts/install-criu finds or builds: Debian's if ``criu check``
   passes, else the .tools/criu build), ``bin/ckpt-poc-job`` (the managed-job wrapper,
-  tasks/engine/managed_job.py), ``lib/ckpt_poc_spank.so`` (scripts/build-spank) and
+  tasks/engine/clusters/slurm/managed_job.py), ``lib/ckpt_poc_spank.so`` (scripts/build-spank) and
   ``manifest.json``; and ONE hook: the drop-in ``ckpt-poc-<poc>.conf`` in the folder the
   cluster's plugstack.conf already includes (Debian: /etc/slurm/plugstack.conf.d/), one line
   ``optional <prefix>/lib/ckpt_poc_spank.so poc=<poc> prefix=<prefix>``. slurm.conf and
@@ -303,7 +303,7 @@ def wrapper_text(plan: Plan, prefix: Path) -> str:
         f"CKPT_POC_CRIU={q(str(prefix / 'bin' / 'criu'))}\n"
         f'PYTHONPATH={q(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"\n'
         "export CKPT_POC_WRAPPER_POC CKPT_POC_CRIU PYTHONPATH\n"
-        f'exec {q(sys.executable)} -m tasks.engine.managed_job "$@"\n'
+        f'exec {q(sys.executable)} -m tasks.engine.clusters.slurm.managed_job "$@"\n'
     )
 
 

@@ -9,7 +9,7 @@ Two clocks, ended by the same probe (DESIGN §4):
 progress line the copy logs (for a training job: the first step it can compute, after its
 imports and data loading; after a restore: the first new step).
 
-Per repeat, as the plan's cluster runs it (timed_runs_local.py, timed_runs_slurm.py):
+Per repeat, as the plan's cluster runs it (tasks/experiments/backends/):
 launch natively and time it to ready; dump the ready copy, end it; restore that checkpoint
 and time it to ready; end it. Before each timed start the page cache is dropped where the
 host permits it (`/proc/sys/vm/drop_caches`, root), and each row records whether it was.
@@ -30,14 +30,14 @@ from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.base import cluster_for
+from tasks.engine.clusters.registry import cluster_for
 from tasks.engine.paths import run_folder
+from tasks.experiments.backends.registry import STAGE_RUNNERS
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
 from tasks.experiments.clocks import same_clock_check
 from tasks.experiments.overhead import ensure_overhead_supports
 from tasks.experiments.results import ColdStartResult, Failure, Restore
 from tasks.experiments.stats import compare_speedup, fit_throughput
-from tasks.experiments.timed_runs_by_cluster import TIMED_RUNS
 from tasks.experiments.trials import (
     arms_differ_only_in_managed,
     as_trials,
@@ -65,7 +65,7 @@ def run_cold_start(
     drop_caches: bool = True,
 ) -> ColdStartRun:
     ensure_overhead_supports(plan)
-    runs = TIMED_RUNS[plan.cluster.kind]
+    runs = STAGE_RUNNERS[plan.cluster.kind]
     cluster = cluster_for(plan, run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
     rows: list[dict[str, Any]] = []

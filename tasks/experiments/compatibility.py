@@ -2,7 +2,7 @@
 cycles, then its fidelity against an uninterrupted reference run.
 
 Per workload (``workloads:``), on the plan's first local slot (on Slurm: the same, inside a
-job of its own on the plan's first node, compatibility_slurm.py):
+job of its own on the plan's first node, tasks/experiments/backends/slurm/sweep.py):
 
 1. the reference run: ``prepare`` in its own folder, then the command, uninterrupted, to
    its end (a job) or until ready and queried (a service, ``ready_probe`` and no progress
@@ -37,7 +37,8 @@ from tasks.data.plan_workload import COPY_DIR
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.criu import CriuCheckpointer, clean_dead_roots
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.process import MachineSlots, WorkloadProcess
+from tasks.engine.clusters.registry import BUILT_KINDS, process_slots
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import log_tail
 from tasks.engine.probes import (
@@ -90,7 +91,7 @@ class WorkloadSweep:
 class Sweep:
     """What every workload's sweep shares."""
 
-    cluster: LocalCluster
+    cluster: MachineSlots
     recorder: EventRecorder
     run_dir: Path
     slot: str
@@ -101,15 +102,10 @@ class Sweep:
         return make_copy(w, f"workloads.{index}", name, self.run_dir, self.cluster.workdir)
 
 
-# Where the sweep runs: on a local slot (run_compatibility), or in a job of its own on a
-# Slurm node (compatibility_slurm.py), where the same local sweep runs on the node.
-SWEEP_CLUSTERS = ("local", "slurm")
-
-
 def ensure_compatibility_runs(plan: Plan) -> None:
-    if plan.cluster.kind not in SWEEP_CLUSTERS or plan.checkpointer.kind != "criu":
+    if plan.cluster.kind not in BUILT_KINDS or plan.checkpointer.kind != "criu":
         raise CompatibilityRefused(
-            f"the compatibility stage runs on cluster.kind {' or '.join(map(repr, SWEEP_CLUSTERS))}"
+            f"the compatibility stage runs on cluster.kind {' or '.join(map(repr, BUILT_KINDS))}"
             f" with checkpointer 'criu' (this plan: {plan.cluster.kind!r}, "
             f"{plan.checkpointer.kind!r})"
         )
@@ -141,7 +137,7 @@ def _wait_step(
     return None
 
 
-def _wait_exit(cluster: LocalCluster, proc: WorkloadProcess, timeout: float) -> int | None:
+def _wait_exit(cluster: MachineSlots, proc: WorkloadProcess, timeout: float) -> int | None:
     """The copy's exit status (its launcher's, which `unshare --fork` passes on); None if
     it still runs after ``timeout``, or was restored (no parent here to tell)."""
     if not cluster.wait_gone(proc, timeout):
@@ -542,7 +538,7 @@ def run_compatibility(
         raise CompatibilityRefused("run_compatibility sweeps on local slots: see run_sweep")
     find_criu()  # no CRIU: refused before any copy starts
     chosen = chosen_workloads(plan, only)
-    cluster = LocalCluster(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
+    cluster = process_slots(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
     recorder = EventRecorder(ctx)
     clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
     n = cycles or plan.compatibility.cycles

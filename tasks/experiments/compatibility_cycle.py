@@ -36,7 +36,7 @@ from pathlib import Path
 
 from tasks.data.datasets import CYCLE_MOMENTS
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.process import MachineSlots, WorkloadProcess
 from tasks.engine.clusters.reaper import descendants
 
 POLL_S = 0.0005
@@ -188,7 +188,7 @@ def _drop_launcher(proc: WorkloadProcess) -> None:
 
 def dump_and_end(
     criu: CriuCheckpointer,
-    cluster: LocalCluster,
+    cluster: MachineSlots,
     proc: WorkloadProcess,
     record: CycleRecord,
     found: Path | None,
@@ -215,7 +215,7 @@ def dump_and_end(
 
 def dump_run_on_and_end(
     criu: CriuCheckpointer,
-    cluster: LocalCluster,
+    cluster: MachineSlots,
     proc: WorkloadProcess,
     record: CycleRecord,
     log: Path,
@@ -254,7 +254,7 @@ def _dumped(record: CycleRecord, point: Checkpoint) -> None:
 
 
 def _end(
-    cluster: LocalCluster, proc: WorkloadProcess, pids: list[int], record: CycleRecord
+    cluster: MachineSlots, proc: WorkloadProcess, pids: list[int], record: CycleRecord
 ) -> None:
     """Kill what is left of the dumped tree and wait until its pids are free again."""
     with contextlib.suppress(Exception):
@@ -267,7 +267,7 @@ def _end(
 
 def restore_copy(
     criu: CriuCheckpointer,
-    cluster: LocalCluster,
+    cluster: MachineSlots,
     slot: str,
     point: Checkpoint,
     log: Path,

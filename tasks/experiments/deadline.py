@@ -24,7 +24,8 @@ from tasks.data.plan import Plan, grace_of
 from tasks.data.store import read_dataset
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.base import Cluster
+from tasks.engine.clusters.process import slots_of
 from tasks.engine.probes import wait_ready
 from tasks.experiments.compatibility_copy import free_port
 from tasks.experiments.trials import workload_hash
@@ -42,7 +43,7 @@ def trial_of(size_mb: int) -> str:
 def run_deadline_sweep(
     plan: Plan,
     run_dir: Path,
-    cluster: LocalCluster,
+    cluster: Cluster,
     recorder: EventRecorder,
     *,
     sizes_mb: tuple[int, ...] = SIZES_MB,
@@ -52,6 +53,8 @@ def run_deadline_sweep(
     """Dump the example server at each size, ``repeats`` times; the failures, as lines (each
     dump is already an event of ``recorder``, failed ones included, and each failure is
     recorded as `deadline_sweep_failed`)."""
+    # Local only (recovery.needs_deadline_sweep): the server dumped by this machine's CRIU.
+    slots = slots_of(cluster)
     slot = plan.cluster.nodes[0]
     failures: list[str] = []
     for size in sizes_mb:
@@ -63,7 +66,7 @@ def run_deadline_sweep(
                 sys.executable, "-m", "examples.serve_digits", "--port", str(port),
                 "--state-mb", str(size), "--init-steps", "10", "--warmup-rounds", "1",
             ]  # fmt: skip
-            proc = cluster.start(slot, "managed", argv, tag=f"{trial}-{repeat}")
+            proc = slots.start(slot, "managed", argv, tag=f"{trial}-{repeat}")
             criu = CriuCheckpointer(folder / "criu", 1, recorder, trial, timeout_s=timeout_s)
             try:
                 url = f"http://127.0.0.1:{port}/ready"

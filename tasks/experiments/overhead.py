@@ -2,7 +2,7 @@
 
 The same workload, on the same node, for the same run (the plan's command, a fixed number
 of steps), one copy at a time (a process on a local slot, or a Slurm job with the node to
-itself: timed_runs_local.py, timed_runs_slurm.py), in the order A B B A A B … so that
+itself: tasks/experiments/backends/), in the order A B B A A B … so that
 drift (thermal, other load) falls on both arms alike. A run's time is its progress span:
 from the first progress line to the last, as the probe saw them (start-up and exit are not
 steady state).
@@ -31,13 +31,13 @@ from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.base import cluster_for
+from tasks.engine.clusters.registry import cluster_for
 from tasks.engine.paths import run_folder
+from tasks.experiments.backends.registry import STAGE_RUNNERS
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
 from tasks.experiments.clocks import same_clock_check
 from tasks.experiments.results import Failure, OverheadResult
 from tasks.experiments.stats import compare_paired
-from tasks.experiments.timed_runs_by_cluster import TIMED_RUNS
 from tasks.experiments.trials import (
     arms_differ_only_in_managed,
     as_trials,
@@ -63,7 +63,7 @@ def pair_order(pair: int) -> tuple[str, str]:
 
 
 def ensure_overhead_supports(plan: Plan) -> None:
-    ensure_runs_on(plan, "overhead and cold start run on", TIMED_RUNS)
+    ensure_runs_on(plan, "overhead and cold start run on", STAGE_RUNNERS)
     require_command_and_progress(plan, "overhead and cold start")
 
 
@@ -77,7 +77,7 @@ def run_overhead(
 ) -> OverheadRun:
     """``pairs`` (default: the plan's repeats) interleaved A/B pairs per variant."""
     ensure_overhead_supports(plan)
-    runs = TIMED_RUNS[plan.cluster.kind]
+    runs = STAGE_RUNNERS[plan.cluster.kind]
     cluster = cluster_for(plan, run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
     rows = []

@@ -34,24 +34,22 @@ from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.base import Cluster, cluster_for
-from tasks.engine.clusters.local import LocalCluster
-from tasks.engine.clusters.slurm import JobNeverStarted
+from tasks.engine.clusters.base import Cluster
+from tasks.engine.clusters.copies import CopyNeverStarted
+from tasks.engine.clusters.registry import BUILT_KINDS, cluster_for
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, PreflightResult
 from tasks.experiments import trials as experiments
 from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.clocks import same_clock_check
 from tasks.experiments.deadline import run_deadline_sweep
-from tasks.experiments.recovery_local import LOCAL_TRIALS
-from tasks.experiments.recovery_slurm_notice import SLURM_TRIALS  # the bare faults too
 from tasks.experiments.recovery_trial import (
     FAULT_DELIVERED,
     TrialFailed,
-    TrialRunner,
     TrialSetup,
     base_row,
     fail_trial,
+    run_trial,
 )
 from tasks.experiments.results import (
     RECOVERY_STATS,
@@ -83,11 +81,9 @@ class RecoveryStopped(CkptPocError):
 
 # --- both ---------------------------------------------------------------------------------------
 
-TRIAL_RUNNERS: dict[str, TrialRunner] = {"local": LOCAL_TRIALS, "slurm": SLURM_TRIALS}
-
 
 def ensure_recovery_supports(plan: Plan) -> None:
-    ensure_runs_on(plan, "recovery runs on", TRIAL_RUNNERS)
+    ensure_runs_on(plan, "recovery runs on", BUILT_KINDS)
     require_command_and_progress(plan, "recovery")
 
 
@@ -125,21 +121,21 @@ def stop_reason(rows: list[dict[str, Any]], fault: str) -> str | None:
 
 def preflight(setup: TrialSetup, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> PreflightResult:
     """Start the workload once on the plan's first node and see it work (tasks/engine/preflight)."""
-    return TRIAL_RUNNERS[setup.plan.cluster.kind].preflight(setup, timeout_s)
+    # A Slurm copy may wait in the queue first: the trial timeout covers that.
+    return setup.cluster.preflight(setup.ctx, timeout_s, queue_timeout_s=setup.timeout_s)
 
 
-def run_one_trial(
-    setup: TrialSetup, runner: TrialRunner, fault: Fault, arm: str, repeat: int
-) -> dict[str, Any]:
-    """The runner's row; a runner that raises all the same (a defect, not a result) gives
+def run_one_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
+    """The trial's row; a trial that raises all the same (a defect, not a result) gives
     a failed row with the error, and the other trials still run."""
     try:
-        return runner.run_trial(setup, fault, arm, repeat)
-    except JobNeverStarted:
-        raise  # the stage ends with Slurm's reason: no trial could run
+        return run_trial(setup, fault, arm, repeat)
+    except CopyNeverStarted:
+        raise  # the stage ends with the scheduler's reason: no trial could run
     except Exception as exc:  # one trial's defect must not end the stage
         node = setup.plan.cluster.nodes[0]
-        row = base_row(setup, fault.kind, arm, repeat, node, runner.includes)
+        includes = setup.cluster.recovery_steps(fault).includes
+        row = base_row(setup, fault.kind, arm, repeat, node, includes)
         log = run_folder(setup.ctx) / f"{row['trial_id']}-{arm}" / "workload.log"
         error = TrialFailed(f"the trial runner failed: {type(exc).__name__}: {exc}")
         fail_trial(row, setup.recorder, error, log)
@@ -173,7 +169,6 @@ def run_recovery(
         timeout_s,
         fault_timeout_s,
     )
-    runner = TRIAL_RUNNERS[plan.cluster.kind]
     clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
     rows: list[dict[str, Any]] = []
     stopped = None
@@ -182,14 +177,13 @@ def run_recovery(
         for fault in plan.faults:
             for repeat in range(plan.repeats):
                 for arm in ARMS:
-                    rows.append(run_one_trial(setup, runner, fault, arm, repeat))
+                    rows.append(run_one_trial(setup, fault, arm, repeat))
                 stopped = stop_reason(rows, fault.kind)
                 if stopped:
                     break
             if stopped:
                 break
         if not stopped and needs_deadline_sweep(plan):
-            assert isinstance(setup.cluster, LocalCluster)
             run_deadline_sweep(plan, run_folder(ctx), setup.cluster, setup.recorder)
     finally:
         setup.cluster.stop_all()

@@ -1,27 +1,39 @@
-"""One recovery trial's shared parts, whatever the cluster: its setup, its row, the clock's
-moments and the measuring once the copy serves again (recovery_local.py and
-recovery_slurm.py run the trials, each one `TrialRunner`; recovery.py runs them all, keyed
-by the plan's cluster.kind, writes and gates)."""
+"""One recovery trial, whatever the cluster: the one skeleton every trial runs (`run_trial`),
+its setup, its row, the clock's moments and the measuring once the copy serves again.
+
+The skeleton's steps — launch, reach the fault step, interrupt, bring back, serve — are
+the same on every backend; what each does there is the backend's (`Cluster.recovery_steps`:
+tasks/engine/clusters/local/recovery.py, …/slurm/recovery.py and recovery_notice.py). Each
+step leaves a `trial_step` record in the run's journal (its name, its status, its seconds:
+the Chaos Toolkit's journal of activities), so a failed trial says where it failed.
+recovery.py runs every trial of the plan, writes and gates."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Fault, Plan
 from tasks.data.runctx import RunContext
-from tasks.engine.checkpointers.criu import (
-    Checkpoint,
-)
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.clusters.base import Cluster
-from tasks.engine.preflight import PreflightResult, log_tail
+from tasks.engine.clusters.copies import CopyNeverStarted
+from tasks.engine.clusters.trial import (
+    Interruption,
+    TrialCopy,
+    TrialFailed,
+    app_resume_step,
+    progress_event,
+)
+from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.preflight import log_tail
 from tasks.engine.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
 from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import (
@@ -31,9 +43,8 @@ from tasks.experiments.trials import (
 
 FAULT_DELIVERED = "fault_delivered"  # on a failed row's dict, never a `trials` column
 
-
-class TrialFailed(CkptPocError):
-    """A trial that cannot give a number; its row says why."""
+# Read by tests and the deadline sweep from here, where a trial's parts are.
+__all__ = ["TrialFailed", "app_resume_step", "progress_event"]
 
 
 @dataclass
@@ -63,16 +74,6 @@ class Moments:
     stopped: Event | None = None
 
 
-@dataclass(frozen=True)
-class TrialRunner:
-    """Recovery trials on one cluster kind: one trial's row (failed with a reason, never
-    raising), the preflight on the plan's first node, and what `started` includes there."""
-
-    run_trial: Callable[[TrialSetup, Fault, str, int], dict[str, Any]]
-    preflight: Callable[[TrialSetup, float], PreflightResult]
-    includes: str
-
-
 def base_row(
     setup: TrialSetup, fault: str, arm: str, repeat: int, node: str, includes: str
 ) -> dict[str, Any]:
@@ -91,13 +92,6 @@ def base_row(
         "nodes": node,
         "workload_hash": workload_hash(plan),
     }
-
-
-def restore_attempted(row: dict[str, Any]) -> None:
-    """The checkpointer's restore is about to run: it counts as failed until the restored
-    copy serves again (serve_and_measure), so a restore that raises, or whose copy never
-    progresses, is a failed restore; a row that never gets here has no restore (null)."""
-    row["restore"] = "failed"
 
 
 def serve_and_measure(
@@ -147,12 +141,17 @@ def fail_trial(row: dict[str, Any], rec: EventRecorder, exc: Exception, log: Pat
 
 
 def wait_for_step(
-    probe: LogProgressProbe, alive: Callable[[], bool], step: int, timeout: float
+    probe: LogProgressProbe,
+    alive: Callable[[], bool],
+    step: int,
+    timeout: float,
+    slice_s: float = 0.1,
 ) -> None:
-    """Wait until the copy logs ``step``; fail as soon as it exits without reaching it."""
+    """Wait until the copy logs ``step``; fail as soon as it exits without reaching it
+    (asked every ``slice_s``)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if probe.wait_for(lambda s: s.step >= step, 0.1):
+        if probe.wait_for(lambda s: s.step >= step, slice_s):
             return
         if not alive():
             if probe.wait_for(lambda s: s.step >= step, 0.3):  # lines written before the end
@@ -163,61 +162,6 @@ def wait_for_step(
                 f"step {step}"
             )
     raise TrialFailed(f"the copy never reached step {step} within {timeout:.0f} s")
-
-
-def app_checkpoint(plan: Plan, copy_dir: Path) -> Path | None:
-    app = plan.workload.app_checkpoint
-    return Path(app.path.replace("{copy_dir}", str(copy_dir))) if app and app.path else None
-
-
-def app_resume_step(plan: Plan, step_at_fault: int | None, log: Path, log_bytes: int) -> int:
-    """The step the application's own last complete checkpoint holds: with the plan's
-    ``written_regex``, the last line before the fault (the log's first ``log_bytes``) saying
-    one was in place, so a checkpoint the fault cut short holds nothing; without it, the
-    last multiple of ``every_steps`` at or before the step at fault."""
-    app = plan.workload.app_checkpoint
-    assert app is not None
-    if app.written_regex:
-        return last_step_before(log, log_bytes, app.written_regex) or 0
-    return (step_at_fault or 0) // app.every_steps * app.every_steps
-
-
-def progress_event(rec: EventRecorder, trial: str, arm: str, step: int) -> Event:
-    """When ``step`` was logged (the application writes its checkpoint right after that
-    step, so this is when its recoverable point existed): the `progress` event of the first
-    step at or after it; where the probe read ``step`` together with later ones (one event,
-    for the newest), interpolated linearly from the event before, as tasks/window/chains.py
-    does (not recorded: a moment to measure from)."""
-    events = rec.events(trial, arm, "progress")
-    steps = [int(e.detail.get("step", -1)) for e in events]
-    i = next((k for k, s in enumerate(steps) if s >= step), None)
-    if i is None:  # e.g. the copy ran to its end during a notice: no later step was logged
-        last = max(steps, default=None)
-        raise TrialFailed(f"no progress at or after step {step} was seen (last step: {last})")
-    if i == 0 or not steps[i - 1] < step < steps[i]:
-        return events[i]
-    prev, ev = events[i - 1], events[i]
-    frac = (step - steps[i - 1]) / (steps[i] - steps[i - 1])
-    ns = round(frac * (ev.t_mono_ns - prev.t_mono_ns))
-    return replace(
-        prev,
-        t_mono_ns=prev.t_mono_ns + ns,
-        t_wall=prev.t_wall + dt.timedelta(microseconds=ns / 1000),
-        detail={"step": step, "interpolated_between": [steps[i - 1], steps[i]]},
-    )
-
-
-def checkpoint_started(rec: EventRecorder, trial: str, index: int) -> Event:
-    return next(
-        e
-        for e in rec.events(trial, "managed", "checkpoint_start")
-        if e.detail.get("index") == index
-    )
-
-
-def held_step(log: Path, point: Checkpoint, regex: str) -> int:
-    """The last step the workload had logged when CRIU froze it."""
-    return last_step_before(log, point.held_log_bytes or 0, regex) or 0
 
 
 def end_torn_line(log: Path) -> int:
@@ -241,3 +185,84 @@ def first_new_step(log: Path, offset: int, regex: str) -> int | None:
         fh.seek(offset)
         steps = steps_in(fh.read().decode("utf-8", "replace"), compile_progress(regex))
     return steps[0] if steps else None
+
+
+@contextlib.contextmanager
+def journal_step(rec: EventRecorder, trial: str, arm: str, step: str) -> Iterator[None]:
+    """One step of the skeleton, journalled with its status and seconds whatever it does."""
+    t0 = time.monotonic()
+    status = "failed"
+    try:
+        yield
+        status = "ok"
+    finally:
+        rec.record(trial, arm, "trial_step", step=step, status=status, s=time.monotonic() - t0)
+
+
+def run_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
+    """One trial on the plan's cluster, both arms on the plan's first node: the copy
+    launched, the fault delivered once it reached the fault step, the copy brought back
+    and measured. Returns its row, failed with a reason, never raising (but a copy that
+    never starts ends the stage: CopyNeverStarted)."""
+    plan, rec = setup.plan, setup.recorder
+    steps = setup.cluster.recovery_steps(fault)
+    node = plan.cluster.nodes[0]
+    row = base_row(setup, fault.kind, arm, repeat, node, steps.includes)
+    trial = row["trial_id"]
+    copy_dir = run_folder(setup.ctx) / f"{trial}-{arm}"
+    copy_dir.mkdir(parents=True, exist_ok=True)
+    t = TrialCopy(
+        plan,
+        rec,
+        fault,
+        trial,
+        arm,
+        node,
+        copy_dir,
+        copy_argv(plan.workload.command or [], copy_dir),
+        row,
+        setup.timeout_s,
+        setup.fault_timeout_s,
+    )
+    t.log = steps.log_path(t)
+    probe: LogProgressProbe | None = None
+    try:
+        with journal_step(rec, trial, arm, "launch"):
+            t.launched = rec.record(trial, arm, "launch", node=node)
+            steps.launch(t)
+        probe = LogProgressProbe(t.log, t.regex, rec, trial, arm).start()
+        with journal_step(rec, trial, arm, "reach_fault_step"):
+            wait_for_step(
+                probe,
+                lambda: steps.alive(t),
+                setup.fault_step,
+                setup.timeout_s,
+                steps.alive_every_s,
+            )
+        with journal_step(rec, trial, arm, "interrupt"):
+            cut: Interruption = steps.interrupt(t)
+        killed_at = end_torn_line(t.log)
+        step_at_fault = last_step_before(t.log, killed_at, t.regex)
+        with journal_step(rec, trial, arm, "bring_back"):
+            back = steps.bring_back(t, cut, step_at_fault, killed_at)
+        moments = Moments(
+            cut.fault,
+            cut.detected,
+            back.started,
+            back.restored,
+            back.recoverable,
+            step_at_fault,
+            back.resume_step,
+            cut.stopped,
+        )
+        with journal_step(rec, trial, arm, "serve"):
+            serve_and_measure(row, setup, probe, t.log, killed_at, moments)
+    except CopyNeverStarted:
+        raise
+    except CkptPocError as exc:  # TrialFailed, CriuError, SlurmError…: this trial's row
+        fail_trial(row, rec, exc, t.log)
+    finally:
+        if probe:
+            probe.stop()
+        steps.finish(t)
+    return row

@@ -1,8 +1,9 @@
 """What overhead and cold start share on every cluster: their rows, the failures that give a
 failed row instead of a number, and the readings of a copy's progress that end their clocks.
 
-The local runs (overhead.py, cold_start.py) and the Slurm runs (timed_runs_slurm.py) build
-their rows here, so a row means the same whichever backend ran it.
+The local runs (backends/local/timed_runs.py) and the Slurm runs
+(backends/slurm/timed_runs.py) build their rows here, so a row means the same whichever
+backend ran it.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
 
 
 class Checkpointer(Protocol):
@@ -43,7 +43,7 @@ class Checkpointer(Protocol):
     def last_complete(self) -> Checkpoint | None: ...
 
     def restore(
-        self, cluster: LocalCluster, slot: str, checkpoint: Checkpoint | None = None
+        self, cluster: ProcessSlots, slot: str, checkpoint: Checkpoint | None = None
     ) -> WorkloadProcess:
         """The copy again on ``slot``, from ``checkpoint`` (default: the last complete)."""
         ...

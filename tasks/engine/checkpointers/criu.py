@@ -36,7 +36,7 @@ from tasks.data.fingerprint import criu_binary
 from tasks.engine.checkpointers import open_files
 from tasks.engine.checkpointers.criu_failure import criu_failure_cause
 from tasks.engine.clock import Event, EventRecorder
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
 from tasks.engine.clusters.reaper import RunReaper, kill_tree
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -486,7 +486,7 @@ class CriuCheckpointer:
             )
 
     def restore(
-        self, cluster: LocalCluster, slot: str, checkpoint: Checkpoint | None = None
+        self, cluster: ProcessSlots, slot: str, checkpoint: Checkpoint | None = None
     ) -> WorkloadProcess:
         """Restore the last complete checkpoint (or the one given), detached, fresh pidfile."""
         ckpt = checkpoint or self.last_complete()

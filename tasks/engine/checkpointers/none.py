@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class NoCheckpointer:
         return RecoverablePoint("start", None)
 
     def restart(
-        self, cluster: LocalCluster, slot: str, argv: list[str], tag: str = ""
+        self, cluster: ProcessSlots, slot: str, argv: list[str], tag: str = ""
     ) -> WorkloadProcess:
         point = self.recoverable_point()
         extra = self.resume_args if point.kind == "app_checkpoint" else []

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
-from tasks.engine.clusters.local import WorkloadProcess
+from tasks.engine.clusters.process import WorkloadProcess
 
 
 class PeriodicCheckpoints:

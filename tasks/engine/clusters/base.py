@@ -1,10 +1,9 @@
-"""What every cluster backend offers, and the backends keyed by the plan's ``cluster.kind``.
+"""What every cluster backend offers (`Cluster`) and what the registry knows of one
+(`ClusterKind`).
 
-A backend is a cluster class (local.py, slurm.py) and its copies (local_copies.py,
-slurm_copies.py: a workload copy started, followed and ended the same way on both), plus one
-`ClusterKind` entry in `CLUSTER_KINDS`. Kubernetes is in the plan's contract (its faults, the
-Cedana steps) but no backend runs there yet: its entry has no class, and `cluster_for`
-refuses it.
+A backend is one package here (local/, slurm/): its cluster class, its copies (a workload
+copy started, followed and ended the same way on every backend), its faults' delivery, and
+its entry (backend.py), listed once in registry.py.
 """
 
 from __future__ import annotations
@@ -12,15 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
-from tasks.data.errors import CkptPocError
-from tasks.data.plan import Plan
+from tasks.data.plan import Fault, Plan
+from tasks.data.runctx import RunContext
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.copies import CopyEnd, CopyRequest, WorkloadCopy
-from tasks.engine.clusters.local_copies import LocalBackend
-from tasks.engine.clusters.slurm import node_host
-from tasks.engine.clusters.slurm_copies import SlurmBackend
+from tasks.engine.clusters.fault_kind import FaultKind
+from tasks.engine.clusters.trial import RecoverySteps
+from tasks.engine.preflight import PreflightResult
 
 
 class Cluster(Protocol):
@@ -49,6 +48,18 @@ class Cluster(Protocol):
         """The GPUs the copy was given (None: the backend allocates none)."""
         ...
 
+    def preflight(
+        self, ctx: RunContext, timeout_s: float, queue_timeout_s: float = 0
+    ) -> PreflightResult:
+        """Start the workload once on the plan's first node and see it work (a copy that
+        may wait in a queue first gets ``queue_timeout_s`` for that too)."""
+        ...
+
+    def recovery_steps(self, fault: Fault) -> RecoverySteps:
+        """This backend's steps of a recovery trial with ``fault`` (the skeleton is
+        tasks/experiments/recovery_trial.run_trial)."""
+        ...
+
     def stop_all(self) -> Sequence[int | str]:
         """End what this run still runs; what is still running afterwards (empty: none)."""
         ...
@@ -67,25 +78,4 @@ class ClusterKind:
     # The host a plan node runs on, as the scheduler knows it (None: not known there), for
     # what must run on the node itself (a sampler) to know which node it is on.
     host_of: Callable[[str], str | None] = lambda _node: None
-
-
-CLUSTER_KINDS: dict[str, ClusterKind] = {
-    "local": ClusterKind("local", "local", LocalBackend.for_plan, nodes_are_this_machine=True),
-    "slurm": ClusterKind(
-        "slurm", "Slurm", SlurmBackend.for_plan, nodes_are_this_machine=False, host_of=node_host
-    ),
-    "kubernetes": ClusterKind("kubernetes", "Kubernetes", None, nodes_are_this_machine=False),
-}
-
-
-def cluster_kind(plan: Plan) -> ClusterKind:
-    return CLUSTER_KINDS[plan.cluster.kind]
-
-
-def cluster_for(plan: Plan, run_dir: Path, workdir: Path | None = None) -> Cluster:
-    """The plan's cluster backend for one run (its files under ``run_dir``; workload
-    commands run in ``workdir``, default the current folder)."""
-    entry = cluster_kind(plan)
-    if entry.build is None:
-        raise CkptPocError(f"no {entry.label} cluster backend is built here: it is contract only")
-    return entry.build(plan, run_dir, workdir or Path.cwd())
+    faults: tuple[FaultKind[Any, Any], ...] = ()  # the plan's fault kinds it delivers

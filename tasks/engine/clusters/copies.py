@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tasks.data.errors import CkptPocError
 from tasks.engine.clock import EventRecorder
+
+
+class CopyNeverStarted(CkptPocError):
+    """A copy whose node never ran it within its timeout (a Slurm job left pending): the
+    stage ends with the scheduler's reason, committing nothing (the run could not finish;
+    it is no verdict on rows)."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 From the same records the experiments write, in order of trust:
 - ``env``: the copy's own environment. The local cluster starts every copy with
-  ``CKPT_POC_NODE/ARM/JOB/TRIAL/WORKLOAD`` (tasks.engine.clusters.local.LocalCluster.labels); CRIU
+  ``CKPT_POC_NODE/ARM/JOB/TRIAL/WORKLOAD``
+  (tasks.engine.clusters.local.cluster.LocalCluster.labels); CRIU
   restores the environment with the process, so a restored copy keeps its labels.
 - ``cgroup``: a Slurm job's processes live under ``…/job_<id>/…``; the job id is looked up in
   the `trials` dataset (job_id / recovery_job_id), which names the arm and the trial.

@@ -21,7 +21,7 @@ from tasks.data.locks import hold_nodes
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.data.store import read_dataset
-from tasks.engine.clusters.base import cluster_kind
+from tasks.engine.clusters.registry import cluster_kind
 from tasks.window.sampling import Backend
 from tasks.window.sampling.attribution import ProcessAttributor, slurm_jobs_from_trials
 from tasks.window.sampling.span import (

@@ -1,6 +1,7 @@
 """The managed-job wrapper install puts on a node: `<prefix>/bin/ckpt-poc-job SPEC.json`.
 
-It is tasks/engine/slurm_job.py with one rule in front: CRIU checkpoints a job only when the job
+It is tasks/engine/clusters/slurm/job.py with one rule in front: CRIU checkpoints a job only
+when the job
 opted in, i.e. its environment has ``CKPT_POC_MANAGED`` equal to the PoC the wrapper was
 installed for (``CKPT_POC_WRAPPER_POC``, written into the wrapper by install). The variable
 comes from the SPANK plugin's ``--ckpt-poc`` flag or from ``sbatch
@@ -48,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     if spec["mode"] == "restore" and not managed:
         recorder.record(spec["trial_id"], spec["arm"], "restore_refused", reason="not opted in")
         return 72
-    from tasks.engine.slurm_job import run  # CRIU and the workload machinery, only past the gate
+    from tasks.engine.clusters.slurm.job import (
+        run,  # CRIU and the workload machinery, only past the gate
+    )
 
     return run({**spec, "checkpoint": managed})
 

@@ -1,6 +1,6 @@
 """Overhead and cold start on Slurm: every timed run a batch job pinned to the plan's node.
 
-The jobs run the one wrapper every ckpt-poc job runs (tasks/engine/slurm_job.py), with the
+The jobs run the one wrapper every ckpt-poc job runs (tasks/engine/clusters/slurm/job.py), with the
 node to itself (`--exclusive`): nothing else's load falls on one arm. The harness follows
 the copy's log on the shared folder with the same progress probe as locally, so both
 backends time the same span on the same kind of clock; the scheduler's queueing, the job's
@@ -21,7 +21,6 @@ start-up and the wrapper stay outside it.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,14 @@ from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
-from tasks.engine.clock import Event, EventRecorder, span_s
-from tasks.engine.clusters.slurm import ACTIVE_STATES, JobNeverStarted, SlurmCluster, SlurmJob
-from tasks.engine.clusters.slurm_copies import copy_spec
+from tasks.engine.clock import EventRecorder, span_s
+from tasks.engine.clusters.slurm.cluster import (
+    ACTIVE_STATES,
+    JobNeverStarted,
+    SlurmCluster,
+    SlurmJob,
+)
+from tasks.engine.clusters.slurm.spec import copy_spec, wait_job_event
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail
 from tasks.engine.probes import LogProgressProbe
@@ -59,28 +63,6 @@ COLD_START_INCLUDES = {
 }
 # A cold start's copy dumps only when asked: its periodic interval is past any run.
 NO_PERIODIC_S = 10 * 24 * 3600.0
-
-
-def wait_job_event(
-    rec: EventRecorder,
-    events: Path,
-    trial: str,
-    arm: str,
-    names: tuple[str, ...],
-    after: Event | None,
-    timeout: float,
-) -> Event | None:
-    """The first of ``names`` (after ``after``, when given) that the job appends to its
-    events file for (trial, arm); None after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rec.import_jsonl(events)
-        for event in rec.events(trial, arm):
-            if event.event in names and (after is None or span_s(after, event) >= 0):
-                return event
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.01)
 
 
 def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The Slurm backend's copies: a batch job pinned to the plan's node, running the one
-wrapper every ckpt-poc job runs (tasks/engine/slurm_job.py); the managed arm's job is opted
+wrapper every ckpt-poc job runs (tasks/engine/clusters/slurm/job.py); the managed arm's job is opted
 in (its wrapper dumps the copy with the node's CRIU every ``checkpointer.interval_s``). The
 job appends its events to a file beside its log, which the harness takes in."""
 
@@ -7,32 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from tasks.data.plan import Plan
+from tasks.data.plan import Fault, Plan
+from tasks.data.runctx import RunContext
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.copies import CopyEnd, CopyRequest, dump_failures
-from tasks.engine.clusters.slurm import ACTIVE_STATES, SlurmCluster, SlurmJob
-
-
-def copy_spec(
-    plan: Plan, trial: str, arm: str, copy_dir: Path, *, checkpoint: bool, **mode: Any
-) -> dict[str, Any]:
-    """The spec a copy's job runs (tasks/engine/slurm_job.py): where it logs and records,
-    where its checkpoints go, and what it does (``mode``: run an argv, or restore; any key
-    given there wins). Every Slurm copy, recovery's and the timed runs' too, is specified so."""
-    return {
-        "trial_id": trial,
-        "arm": arm,
-        "node": plan.cluster.nodes[0],
-        "log": str(copy_dir / "workload.log"),
-        "events": str(copy_dir / "job-events.jsonl"),
-        "ckpt_root": str(copy_dir / "criu"),
-        "interval_s": plan.checkpointer.interval_s,
-        "keep": plan.checkpointer.keep,
-        "checkpoint": checkpoint,
-        **mode,
-    }
+from tasks.engine.clusters.fault_kind import has_notice
+from tasks.engine.clusters.slurm.cluster import ACTIVE_STATES, SlurmCluster, SlurmJob
+from tasks.engine.clusters.slurm.recovery import SlurmRecovery
+from tasks.engine.clusters.slurm.recovery_notice import SlurmNoticeRecovery
+from tasks.engine.clusters.slurm.spec import copy_spec
+from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.preflight import TRIAL, PreflightResult, await_first_sign
 
 
 @dataclass
@@ -113,3 +99,41 @@ class SlurmBackend(SlurmCluster):
         for copy in self.copies:
             copy.recorder.import_jsonl(copy.events)
         return left
+
+    def preflight(
+        self, ctx: RunContext, timeout_s: float, queue_timeout_s: float = 0
+    ) -> PreflightResult:
+        """The preflight as a Slurm job on the plan's first node; a copy may wait in the
+        queue first (``queue_timeout_s`` covers that too)."""
+        assert self.plan is not None, "a preflight is for a plan (SlurmBackend.for_plan)"
+        plan, node = self.plan, self.plan.cluster.nodes[0]
+        copy_dir = run_folder(ctx) / TRIAL
+        copy_dir.mkdir(parents=True, exist_ok=True)
+        log = copy_dir / "workload.log"
+        argv = copy_argv(plan.workload.command or [], copy_dir)
+        spec = copy_spec(
+            plan,
+            TRIAL,
+            "unmanaged",
+            copy_dir,
+            checkpoint=False,
+            log=str(log),
+            mode="run",
+            argv=argv,
+        )
+        job = self.submit(node, TRIAL, spec, name=TRIAL, log=log, gpus=plan.workload.gpus)
+        try:
+            return await_first_sign(
+                plan,
+                log,
+                lambda: self.observe(job)[0] in ACTIVE_STATES,
+                max(timeout_s, queue_timeout_s),
+                f"job {job.job_id}: {' '.join(argv)}",
+                slice_s=0.5,
+            )
+        finally:
+            self.stop_all()
+
+    def recovery_steps(self, fault: Fault) -> SlurmRecovery:
+        """A fault with a notice requeues the same job; any other is followed by a new one."""
+        return SlurmNoticeRecovery(self) if has_notice(fault) else SlurmRecovery(self)

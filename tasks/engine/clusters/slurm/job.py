@@ -1,6 +1,7 @@
 """What runs inside a ckpt-poc Slurm job: one attempt of a workload copy.
 
-`python -m tasks.engine.slurm_job SPEC.json`, started by `scripts/slurm-job`. The spec says:
+`python -m tasks.engine.clusters.slurm.job SPEC.json`, started by `scripts/slurm-job`. The
+spec says:
 
 - ``mode: run`` — start the plan's argv as `unshare --pid --fork --kill-child setsid ARGV`
   (its own PID namespace, so a restore never collides with a PID; `--kill-child`, so
@@ -40,11 +41,11 @@ from typing import Any
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import WorkloadProcess
+from tasks.engine.clusters.process import WorkloadProcess
 from tasks.engine.clusters.reaper import child_pids
+from tasks.engine.clusters.slurm.notice import NoticeCheckpoint, restarts, resume_spec
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
 from tasks.engine.page_cache import drop_page_cache
-from tasks.engine.slurm_notice import NoticeCheckpoint, restarts, resume_spec
 
 
 def _ns_init(launcher: subprocess.Popen, timeout: float = 10) -> int:

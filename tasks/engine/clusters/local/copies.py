@@ -6,12 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tasks.data.plan import Plan
+from tasks.data.plan import Fault, Plan
+from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import Checkpointer, managed_checkpointer
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.copies import CopyEnd, CopyRequest, dump_failures
-from tasks.engine.clusters.local import LocalCluster, WorkloadProcess
+from tasks.engine.clusters.local.cluster import LocalCluster
+from tasks.engine.clusters.local.preflight import preflight_local
+from tasks.engine.clusters.local.recovery import LocalRecovery
+from tasks.engine.clusters.process import WorkloadProcess
+from tasks.engine.preflight import PreflightResult
 
 
 @dataclass
@@ -79,3 +84,12 @@ class LocalBackend(LocalCluster):
 
     def copy_gpus(self, copy: LocalCopy) -> int | None:
         return None  # a local slot is given no GPUs: the copy sees the machine's
+
+    def preflight(
+        self, ctx: RunContext, timeout_s: float, queue_timeout_s: float = 0
+    ) -> PreflightResult:
+        assert self.plan is not None, "a preflight is for a plan (LocalBackend.for_plan)"
+        return preflight_local(self.plan, ctx, self, timeout_s)
+
+    def recovery_steps(self, fault: Fault) -> LocalRecovery:
+        return LocalRecovery(self)

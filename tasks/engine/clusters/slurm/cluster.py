@@ -1,7 +1,8 @@
 """The Slurm cluster: this PoC's workload copies as batch jobs on the plan's nodes only.
 
 Every job is submitted with `sbatch` as an argv list — a fixed batch script
-(`scripts/slurm-job`) that runs `python -m tasks.engine.slurm_job SPEC.json`, where the spec
+(`scripts/slurm-job`) that runs `python -m tasks.engine.clusters.slurm.job SPEC.json`, where
+the spec
 (written by us, read by the job) carries the plan's argv; no plan value is ever pasted into
 a shell string. Jobs are pinned to a plan node (`--nodelist`) in the plan's partition, never
 requeued by Slurm (recovery submits a new, linked job instead) — but for a fault with a
@@ -30,12 +31,13 @@ from typing import TYPE_CHECKING, ClassVar
 from tasks.baseline.accounting import parse_tres
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.runctx import REPO_ROOT
+from tasks.engine.clusters.copies import CopyNeverStarted
 
 if TYPE_CHECKING:
     from tasks.data.plan import Plan
 
 BATCH_SCRIPT = REPO_ROOT / "scripts" / "slurm-job"
-# What a job may run besides the copy's wrapper (tasks.engine.slurm_job): a module of ours.
+# What a job may run besides the copy's wrapper (tasks.engine.clusters.slurm.job): a module of ours.
 JOB_MODULE = re.compile(r"tasks(\.[a-z_][a-z0-9_]*)+")
 ACTIVE_STATES = frozenset(
     {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING"}
@@ -46,7 +48,7 @@ class SlurmError(CkptPocError):
     """A Slurm command failed or a job did not reach a state in time."""
 
 
-class JobNeverStarted(SlurmError):
+class JobNeverStarted(SlurmError, CopyNeverStarted):
     """A job that did not start within its timeout: the stage ends with Slurm's reason,
     committing nothing (the run could not finish; it is no verdict on rows)."""
 

@@ -1,7 +1,8 @@
 """Overhead and cold start on the local cluster: every timed run a process on the plan's
-first slot (tasks/engine/clusters/local.py), started, dumped and restored by the harness.
+first slot (tasks/engine/clusters/local/cluster.py), started, dumped and restored by the harness.
 
-What the rows mean is in timed_runs.py, shared with the Slurm runs (timed_runs_slurm.py).
+What the rows mean is in tasks/experiments/timed_runs.py, shared with the Slurm runs
+(tasks/experiments/backends/slurm/timed_runs.py).
 """
 
 from __future__ import annotations
@@ -16,10 +17,11 @@ from tasks.engine.checkpointers.base import managed_checkpointer
 from tasks.engine.checkpointers.criu import CriuError
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder, span_s
-from tasks.engine.clusters.local import LocalCluster
+from tasks.engine.clusters.base import Cluster
+from tasks.engine.clusters.process import slots_of
 from tasks.engine.page_cache import drop_page_cache
 from tasks.engine.paths import copy_argv, run_folder
-from tasks.engine.preflight import log_tail, preflight_local
+from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, log_tail
 from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.timed_runs import (
     RunFailed,
@@ -34,15 +36,15 @@ from tasks.experiments.timed_runs import (
 from tasks.experiments.trials import LOG_TAIL
 
 
-def preflight(plan: Plan, ctx: RunContext, cluster: LocalCluster) -> None:
+def preflight(plan: Plan, ctx: RunContext, cluster: Cluster) -> None:
     """The workload started once on the plan's first slot (tasks/engine/preflight)."""
-    preflight_local(plan, ctx, cluster)
+    cluster.preflight(ctx, PREFLIGHT_TIMEOUT_S)
 
 
 def overhead_run_local(
     plan: Plan,
     ctx: RunContext,
-    cluster: LocalCluster,
+    cluster: Cluster,
     rec: EventRecorder,
     variant: str,
     pair: int,
@@ -50,6 +52,7 @@ def overhead_run_local(
     timeout_s: float,
 ) -> dict[str, Any]:
     """One whole run of the workload; its row (failed with a reason, never raising)."""
+    slots = slots_of(cluster)
     slot = plan.cluster.nodes[0]
     trial = f"{variant}-{pair}"
     copy_dir = run_folder(ctx) / f"overhead-{trial}-{arm}"  # fresh: nothing to resume
@@ -59,7 +62,7 @@ def overhead_run_local(
     periodic: PeriodicCheckpoints | None = None
     try:
         rec.record(trial, arm, "launch", slot=slot)
-        proc = cluster.start(slot, arm, copy_argv(plan.workload.command or [], copy_dir), tag=trial)
+        proc = slots.start(slot, arm, copy_argv(plan.workload.command or [], copy_dir), tag=trial)
         probe = LogProgressProbe(proc.log, plan.workload.progress_probe.log_regex, rec, trial, arm)
         probe.start()
         if arm == "managed" and variant == "checkpointing":
@@ -82,7 +85,7 @@ def overhead_run_local(
             row["reason"] = f"{len(periodic.errors)} dump(s) failed: {periodic.errors[0]}"[:500]
     except (RunFailed, CriuError, CkptPocError) as exc:
         row.update(status="failed", reason=str(exc).splitlines()[0][:500])
-        row[LOG_TAIL] = log_tail(cluster.log_path(slot, arm, trial))
+        row[LOG_TAIL] = log_tail(slots.log_path(slot, arm, trial))
         rec.record(trial, arm, "run_failed", reason=row["reason"])
     finally:
         if periodic:
@@ -102,13 +105,14 @@ COLD_START_INCLUDES = {
 def cold_start_pair_local(
     plan: Plan,
     ctx: RunContext,
-    cluster: LocalCluster,
+    cluster: Cluster,
     rec: EventRecorder,
     repeat: int,
     timeout_s: float,
     drop_caches: bool,
 ) -> list[dict[str, Any]]:
     """One native start and one restore of the same copy; two rows, failed ones kept."""
+    slots = slots_of(cluster)
     slot = plan.cluster.nodes[0]
     trial = f"cold-{repeat}"
     copy_dir = run_folder(ctx) / f"{trial}-copy"
@@ -123,7 +127,7 @@ def cold_start_pair_local(
         native["page_cache"] = drop_page_cache() if drop_caches else "warm"
         launch = rec.record(trial, "unmanaged", "launch", slot=slot)
         argv = copy_argv(plan.workload.command or [], copy_dir)
-        proc = cluster.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
+        proc = slots.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
         probe = LogProgressProbe(proc.log, regex, rec, trial, "unmanaged").start()
         probes.append(probe)
         ready = wait_for_ready(
@@ -139,15 +143,15 @@ def cold_start_pair_local(
             plan, copy_dir / "criu", rec, trial, keep=1, timeout_s=timeout_s
         )
         point = criu.dump(proc)  # the fully initialised copy
-        cluster.kill(proc)
-        if not cluster.wait_gone(proc, timeout=10):
+        slots.kill(proc)
+        if not slots.wait_gone(proc, timeout=10):
             raise StartFailed(f"the native copy (pid {proc.pid}) did not end after its dump")
         probe.stop()
         restore["checkpoint_bytes"] = point.image_bytes
         killed_at = proc.log.stat().st_size
         restore["page_cache"] = drop_page_cache() if drop_caches else "warm"
         restore["restore"] = "failed"  # until the restored copy is ready (restore_attempted)
-        new = criu.restore(cluster, slot, point)
+        new = criu.restore(slots, slot, point)
         started = rec.events(trial, "managed", "restore_start")[-1]
         restored = rec.events(trial, "managed", "restored")[-1]
         # The restored copy writes on into the native copy's log (CRIU restores its file
@@ -160,7 +164,7 @@ def cold_start_pair_local(
         )  # fmt: skip
         restore.update(restored_numbers(point.image_bytes, started, restored, ready))
     except (StartFailed, CriuError, CkptPocError) as exc:
-        tail = log_tail(cluster.log_path(slot, "unmanaged", trial))  # the restore writes on in it
+        tail = log_tail(slots.log_path(slot, "unmanaged", trial))  # the restore writes on in it
         fail_starts([native, restore], rec, trial, exc, tail)
     finally:
         for probe in probes:

@@ -1,13 +1,14 @@
 """The compatibility sweep on Slurm: each workload's sweep one job pinned to the plan's node.
 
 The harness submits, per workload, one job with the node to itself (`--exclusive`) that runs
-this module (`python -m tasks.experiments.compatibility_slurm SPEC.json`). Inside the job,
-on the node, the workload goes through exactly the local sweep (compatibility.py): the
-reference run and every cycle are the job's own processes, dumped and restored by the node's
-CRIU, and CRIU's causes and fidelity are read as locally. The job writes the workload's
-result (`sweep.json`, atomically) and its events; the harness reads both once the job has
-ended. A job that never starts ends the stage with Slurm's reason; a job that ends without a
-result is that workload's result, naming the job and how it ended.
+this module (`python -m tasks.experiments.backends.slurm.sweep SPEC.json`). Inside the job,
+on the node, the workload goes through exactly the local sweep
+(tasks/experiments/compatibility.py): the reference run and every cycle are the job's own
+processes, dumped and restored by the node's CRIU, and CRIU's causes and fidelity are read
+as locally. The job writes the workload's result (`sweep.json`, atomically) and its events;
+the harness reads both once the job has ended. A job that never starts ends the stage with
+Slurm's reason; a job that ends without a result is that workload's result, naming the job
+and how it ended.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from tasks.data.plan import Plan, Workload
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.criu import clean_dead_roots, find_criu
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.base import cluster_for
-from tasks.engine.clusters.local import LocalCluster
-from tasks.engine.clusters.slurm import ACTIVE_STATES, SlurmCluster
+from tasks.engine.clusters.registry import cluster_for, process_slots
+from tasks.engine.clusters.slurm.cluster import ACTIVE_STATES, SlurmCluster
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import log_tail
 from tasks.experiments.compatibility import (
@@ -40,7 +40,7 @@ from tasks.experiments.compatibility import (
 )
 from tasks.experiments.compatibility_cycle import CycleRecord
 
-MODULE = "tasks.experiments.compatibility_slurm"
+MODULE = "tasks.experiments.backends.slurm.sweep"
 # A workload's whole sweep (the reference, each cycle, the end) within this many of the
 # plan's per-step timeouts before the harness gives up on its job.
 SWEEP_BUDGET_TIMEOUTS = 4
@@ -147,7 +147,7 @@ def run_in_job(spec: dict[str, Any]) -> int:
     """Inside the job, on the node: the local sweep of one workload; its result written."""
     w = Workload.model_validate(spec["workload"])
     node, run_dir = spec["node"], Path(spec["run_dir"])
-    cluster = LocalCluster([node], run_dir, Path(spec["workdir"]), workload=w.name)
+    cluster = process_slots([node], run_dir, Path(spec["workdir"]), workload=w.name)
     recorder = EventRecorder(None, jsonl=Path(spec["events"]))
     find_criu()  # none on the node: the job fails, and its log says so
     sweep = Sweep(cluster, recorder, run_dir, node, int(spec["cycles"]), float(spec["timeout_s"]))

@@ -1,5 +1,5 @@
-"""Inside a Slurm job with a notice (tasks/engine/slurm_job.py): what the job does when Slurm
-tells it of a coming kill, and what a requeued attempt of it resumes from.
+"""Inside a Slurm job with a notice (tasks/engine/clusters/slurm/job.py): what the job does
+when Slurm tells it of a coming kill, and what a requeued attempt of it resumes from.
 
 The job was submitted `--requeue --signal=B:USR1@N` (the spec's ``notice``): USR1 reaches the
 batch shell — this process — ahead of a preemption's kill (GraceTime), a time limit
@@ -28,7 +28,7 @@ from typing import Any
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local import WorkloadProcess
+from tasks.engine.clusters.process import WorkloadProcess
 
 
 def restarts() -> int:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from tasks.data.errors import BlastRadiusError
-from tasks.engine.clusters.reaper import ProcessError, RunReaper, child_pids, pid_alive
+from tasks.engine.clusters.process import WorkloadProcess
+from tasks.engine.clusters.reaper import ProcessError, RunReaper, child_pids
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
 
 if TYPE_CHECKING:  # pydantic loads only where a plan is read: a Slurm job's wrapper starts fast
@@ -30,21 +31,6 @@ if TYPE_CHECKING:  # pydantic loads only where a plan is read: a Slurm job's wra
 # No --kill-child (a parent-death signal on the workload): CRIU dumps and restores it, and a
 # restored copy would then die as soon as `criu restore -d` exits. The reaper ends copies.
 LAUNCHER = ["unshare", "--pid", "--fork", "setsid"]
-
-
-@dataclass
-class WorkloadProcess:
-    """One running copy: the workload's own pid (host view), its slot, arm and log."""
-
-    slot: str
-    arm: str
-    pid: int
-    log: Path
-    launcher: subprocess.Popen | None = None  # the `unshare` parent, when we started it
-    reaper: RunReaper | None = None  # what ends the copy (and its CRIU) if the harness dies
-
-    def alive(self) -> bool:
-        return pid_alive(self.pid)
 
 
 @dataclass
