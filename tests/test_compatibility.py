@@ -142,6 +142,11 @@ def test_a_sweep_over_the_examples_a_tcp_holder_and_bad_input(tmp_path: Path, cr
     for r in train.cycle_rows:
         assert r["step"] <= r["resumed_step"] <= 150, r
     assert train.freeze_s_median > 0 and train.image_bytes_median > 1e6
+    frame = read_dataset(COMPATIBILITY, data_dir=plan.data_dir, poc=plan.poc, run_id=ctx.run_id)
+    dumped = frame[(frame["row"] == "cycle") & (frame["dump"] == "ok")]
+    assert dumped[["dump_memdump_s", "dump_pages_written"]].notna().all().all()
+    restored = dumped[dumped["restore"] == "ok"]
+    assert (restored["restore_fork_s"] <= restored["restore_s"]).all()
     assert train.ci is not None and train.ci[1] == 1.0
 
     serve = by["digits-serve"]

@@ -1,4 +1,4 @@
-"""Dataset declarations (the store that writes and reads them: tasks/data/store.py).
+"""Dataset declarations (how one is declared: dataset_spec.py; the store: store.py).
 
 Each dataset is declared once (``DatasetSpec``): its columns with types, bounds and allowed
 values, its key, and the timestamp column whose ISO week partitions it. The declaration
@@ -8,94 +8,24 @@ Great Expectations suite (``tasks.data.gates``); ``tests/test_datasets.py`` asse
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
-
-import pandas as pd
 import pyarrow as pa
 
 from tasks.data.arms import ARMS
-from tasks.data.errors import DatasetError
+from tasks.data.dataset_spec import F64, I64, TS, Column, DatasetSpec, S
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.plan import SAMPLE_UNITS, SNAPSHOT_KINDS
 from tasks.data.slurm_states import SLURM_STATES
 
-SCHEMA_VERSION = "1"
-
-
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: pa.DataType
-    nullable: bool = True
-    allowed: tuple[str, ...] | None = None
-    min: float | None = None
-    max: float | None = None
-    doc: str = ""
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    name: str
-    columns: tuple[Column, ...]
-    key: tuple[str, ...]
-    week_from: str  # timestamp column whose ISO week names the partition
-    doc: str = ""
-    version: str = SCHEMA_VERSION
-    _by_name: dict[str, Column] = field(default_factory=dict, init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        names = [c.name for c in self.columns]
-        if len(set(names)) != len(names):
-            raise DatasetError(f"dataset {self.name}: duplicate column names")
-        for k in (*self.key, self.week_from):
-            if k not in names:
-                raise DatasetError(f"dataset {self.name}: key/week column {k!r} not declared")
-        self._by_name.update({c.name: c for c in self.columns})
-
-    @property
-    def column_names(self) -> list[str]:
-        return [c.name for c in self.columns]
-
-    def column(self, name: str) -> Column:
-        return self._by_name[name]
-
-    @property
-    def arrow_schema(self) -> pa.Schema:
-        fields = [pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns]
-        meta = {"ckpt_poc.dataset": self.name, "ckpt_poc.schema_version": self.version}
-        return pa.schema(fields, metadata=meta)
-
-    @property
-    def pandas_dtypes(self) -> dict[str, Any]:
-        """The dtypes every reader normalises to (pandas and Dask alike)."""
-        return {c.name: _pandas_dtype(c.type) for c in self.columns}
-
-
-def _pandas_dtype(t: pa.DataType) -> Any:
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return pd.StringDtype("pyarrow")
-    if pa.types.is_integer(t):
-        return pd.ArrowDtype(t)
-    if pa.types.is_floating(t):
-        return "float64"
-    if pa.types.is_boolean(t):
-        return pd.ArrowDtype(pa.bool_())
-    if pa.types.is_timestamp(t):
-        return pd.ArrowDtype(pa.timestamp("us", tz="UTC"))
-    if pa.types.is_date(t):
-        return pd.ArrowDtype(t)
-    raise DatasetError(f"no pandas dtype for arrow type {t}")
-
-
-TS = pa.timestamp("us", tz="UTC")
-S = pa.string()
-I64 = pa.int64()
-F64 = pa.float64()
-
 _FP = tuple(
     Column(name, I64 if name in ("fp_cores", "fp_mem_bytes", "fp_gpu_count") else S, False)
     for name in FINGERPRINT_COLUMNS
+)
+# CRIU's own split of one dump (`--display-stats`), on every dump row whichever stage made it.
+DUMP_PHASES = (
+    Column("dump_memdump_s", F64, min=0, doc="CRIU's memory dump time: the pages dumped"),
+    Column("dump_memwrite_s", F64, min=0, doc="CRIU's memory write time, within memdump"),
+    Column("dump_pages_scanned", I64, min=0, doc="memory pages CRIU scanned"),
+    Column("dump_pages_written", I64, min=0, doc="memory pages CRIU wrote"),
 )
 _RUN = (
     Column("poc", S, False, doc="the plan's poc name"),
@@ -280,9 +210,12 @@ TRIALS = DatasetSpec(
         Column("ready_s", F64, min=0),
         Column("restore_gbps", F64, min=0, doc="checkpoint bytes / CRIU restore seconds / 1e9"),
         Column("page_cache", S, allowed=("dropped", "warm"), doc="before the start was timed"),
+        Column("restore_fork_s", F64, min=0, doc="CRIU's forking time within restore_s"),
+        Column("restore_warmup_s", F64, min=0, doc="cold start: restored to ready"),
         # checkpoint: one CRIU dump
         Column("dump_s", F64, min=0),
         Column("freeze_s", F64, min=0, doc="how long CRIU kept the workload frozen"),
+        *DUMP_PHASES,
         *_FP,
     ),
 )
@@ -553,9 +486,11 @@ COMPATIBILITY = DatasetSpec(
         Column("dump", S, allowed=("ok", "failed")),
         Column("freeze_s", F64, min=0, doc="how long CRIU kept the workload frozen"),
         Column("dump_s", F64, min=0),
+        *DUMP_PHASES,
         Column("image_bytes", I64, min=0),
         Column("restore", S, allowed=("ok", "failed", "not tried")),
         Column("restore_s", F64, min=0),
+        Column("restore_fork_s", F64, min=0, doc="CRIU's forking time within restore_s"),
         Column("resumed_step", I64, min=0, doc="the first step logged after the restore"),
         Column("query", S, allowed=("same", "differs"), doc="a service's query, after/before"),
         Column("cause", S, doc="CRIU's own error line, or what else failed"),

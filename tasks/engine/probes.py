@@ -23,10 +23,16 @@ tasks/window/chains.py). So ``hold_s`` bounds when the harness *knows* of a step
 is at most ``hold_s`` plus a wake-up late), not its recorded time. The first `progress`
 event of a probe says how it times (``timing``, ``hold_ms``). Callers that need the step up
 to a moment (a fault, a dump) call ``poll()`` (or ``latest()``) first: a fresh read.
+
+A clock that ends on the first line after a moment (recovery's `serving_again`, cold
+start's `ready`) cannot use a held read: the hold gathers that line with the ones after it,
+and the read is timed by the last of them (seen: every managed recovery 100 ms, the hold).
+Inside ``time_exactly()`` there is no hold: each write is read on its own wake-up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -39,7 +45,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -221,7 +227,8 @@ class LogProgressProbe:
     ``mode`` says how it learns of new lines: "inotify" (it sleeps until the log changes,
     with a read every ``safety_s`` anyway) or "poll" (a read every ``poll_s``; forced with
     ``watch=False``); ``mode_reason`` says why. start() falls back to "poll" if it cannot
-    get an inotify instance.
+    get an inotify instance. ``from_offset`` skips what the log held before (another copy's
+    lines, when a restored copy writes on in its log).
 
     Watched, it wakes (and reads) once per write of the log, but no sooner than ``hold_s``
     after a read that found a step (module docstring): a workload printing 48 lines/s
@@ -242,6 +249,7 @@ class LogProgressProbe:
         watch: bool = True,
         safety_s: float = SAFETY_POLL_S,
         hold_s: float = HOLD_S,
+        from_offset: int = 0,
     ) -> None:
         self.log = log
         self.pattern = compile_progress(regex)
@@ -249,8 +257,8 @@ class LogProgressProbe:
         self._trial, self.arm = trial_id, arm
         self._poll_s = poll_s
         self._record_every = record_every_step
-        self._read_to = 0  # bytes of the log read so far
-        self._offset = 0  # bytes up to the end of the last complete line
+        self._read_to = from_offset  # bytes of the log read so far (or skipped)
+        self._offset = from_offset  # bytes up to the end of the last complete line
         self._partial = b""
         self.seen: list[StepSeen] = []
         self.reads = 0  # reads of the log
@@ -281,6 +289,7 @@ class LogProgressProbe:
         self._reopen = True  # open the log afresh before the next read
         self._name = os.fsencode(Path(log).name)  # a str log worked before: still does
         self._modified: bytes | None = None  # the inotify record of a write to the log
+        self._exact = 0  # > 0: holds are off, each write read on its own (time_exactly)
 
     def start(self) -> LogProgressProbe:
         if self.mode == "inotify":
@@ -295,13 +304,36 @@ class LogProgressProbe:
         self._thread.start()
         return self
 
+    @contextlib.contextmanager
+    def time_exactly(self) -> Iterator[None]:
+        """While inside: no hold, every write read as it comes, so the first line after a
+        moment (a fault, a restore) is read alone and timed to its own write, not to the
+        last of the lines a hold gathered. It costs a wake-up per line meanwhile."""
+        with self._read_lock:
+            self._exact += 1
+        self._wake()  # cut a hold in progress short
+        try:
+            yield
+        finally:
+            with self._read_lock:
+                self._exact -= 1
+
+    def _wake(self) -> None:
+        with self._fd_lock:
+            if self._wake_fd is not None:
+                os.eventfd_write(self._wake_fd, 1)
+
+    def _drain_wake(self) -> None:
+        with self._fd_lock:
+            if self._wake_fd is not None:
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(self._wake_fd)
+
     def stop(self) -> None:
         """End the thread; watched, it reads the log once more first (a hold may have left
         its last lines unread)."""
         self._stop.set()
-        with self._fd_lock:
-            if self._wake_fd is not None:
-                os.eventfd_write(self._wake_fd, 1)
+        self._wake()
         if self._thread:
             self._thread.join(timeout=5)  # its exit closes the inotify and wake fds
 
@@ -333,7 +365,7 @@ class LogProgressProbe:
         poller, holder = select.poll(), select.poll()
         poller.register(ino.fd, select.POLLIN)
         poller.register(wake_fd, select.POLLIN)
-        holder.register(wake_fd, select.POLLIN)  # a hold: only stop() cuts it short
+        holder.register(wake_fd, select.POLLIN)  # a hold: stop() or time_exactly cuts it short
         wait, stopped, lock = poller.poll, self._stop.is_set, self._read_lock
         hold_ns = int(self.hold_s * 1e9)
         while not stopped():
@@ -346,8 +378,9 @@ class LogProgressProbe:
             timeout_ms = (self._safety_s if self._armed else self._poll_s) * 1000
             streaming = False  # the last read followed a hold: lines come faster than it
             while True:
-                if streaming:  # hold first: the next hold_s of lines cost one wake-up
-                    holder.poll(hold_ns / 1e6)
+                if streaming and not self._exact:  # hold first: hold_s of lines, one wake-up
+                    if holder.poll(hold_ns / 1e6):
+                        self._drain_wake()
                     self.wakeups += 1
                 # Once per wake-up: each Python call here costs µs (cold after the sleep),
                 # so one lock and, for a plain write, one bytes compare.
@@ -362,18 +395,27 @@ class LogProgressProbe:
                             continue
                         self._reopen = True  # the safety read: also catch a replacement unseen
                         break
+                    if any(fd == wake_fd for fd, _ in ready):
+                        self._drain_wake()  # time_exactly began: read now, hold no more
+                        streaming = self._poll() and not self._exact
+                        continue
                     raw = ino.read_raw()
                     if raw != self._modified and not self._relevant(_parse_events(raw)):
                         continue
                     if not self._armed:
                         break  # re-arm before the read
                     left_ns = self._t_step + hold_ns - time.monotonic_ns()
+                    if self._exact:
+                        streaming = False
+                        self._poll()
+                        continue
                     if left_ns <= 0 or streaming:
                         streaming = self._poll() and streaming
                         continue
                 # A step was read less than hold_s ago: wait out the rest (unlocked: a
                 # caller's poll() goes on), then read what came meanwhile in one go.
-                holder.poll(left_ns / 1e6)
+                if holder.poll(left_ns / 1e6):
+                    self._drain_wake()
                 self.wakeups += 1
                 if stopped():
                     return

@@ -56,6 +56,7 @@ def checkpoint_rows(events: list[Event], plan: Plan, node: str) -> pd.DataFrame:
                 dump_s=e.detail.get("dump_s"),
                 freeze_s=frozen / 1e6 if frozen is not None else None,
                 checkpoint_bytes=e.detail.get("image_bytes"),
+                **dump_phases(e.detail),
             )
         else:
             tail = str(e.detail.get("log_tail", "")).strip().splitlines()
@@ -68,6 +69,27 @@ def checkpoint_rows(events: list[Event], plan: Plan, node: str) -> pd.DataFrame:
             )
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _s(us: Any) -> float | None:
+    return int(us) / 1e6 if us is not None else None
+
+
+def dump_phases(detail: dict[str, Any]) -> dict[str, Any]:
+    """CRIU's own split of one dump (its `--display-stats`, as `checkpoint_end` carries
+    them): the rows' columns, on every dump row whichever stage made it."""
+    return {
+        "dump_memdump_s": _s(detail.get("memdump_us")),
+        "dump_memwrite_s": _s(detail.get("memwrite_us")),
+        "dump_pages_scanned": detail.get("pages_scanned"),
+        "dump_pages_written": detail.get("pages_written"),
+    }
+
+
+def restore_fork_s(restored: Any) -> float | None:
+    """CRIU's forking time of one restore (its `restored` event's ``forking_us``); the rest
+    of the restore's seconds is CRIU's restore proper."""
+    return _s(restored.detail.get("forking_us")) if restored is not None else None
 
 
 def summarise_checkpoints(trials: pd.DataFrame) -> dict[str, Any]:

@@ -27,6 +27,7 @@ with "File exists", range.md).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -38,6 +39,7 @@ from tasks.data.datasets import CYCLE_MOMENTS
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.clusters.process import MachineSlots, WorkloadProcess
 from tasks.engine.clusters.reaper import descendants
+from tasks.experiments.checkpoints import dump_phases
 
 POLL_S = 0.0005
 RUN_ON_S = 0.5  # a periodic cycle: how long the copy runs on between its dump and the fault
@@ -56,9 +58,14 @@ class CycleRecord:
     dump: str | None = None  # ok | failed (None: never tried)
     freeze_s: float | None = None
     dump_s: float | None = None
+    dump_memdump_s: float | None = None
+    dump_memwrite_s: float | None = None
+    dump_pages_scanned: int | None = None
+    dump_pages_written: int | None = None
     image_bytes: int | None = None
     restore: str = "not tried"
     restore_s: float | None = None
+    restore_fork_s: float | None = None
     resumed_step: int | None = None
     query: str | None = None
     cause: str | None = None
@@ -250,6 +257,8 @@ def _dumped(record: CycleRecord, point: Checkpoint) -> None:
     record.dump = "ok"
     record.dump_s = point.dump_s
     record.freeze_s = point.frozen_us / 1e6 if point.frozen_us is not None else None
+    for column, value in dump_phases(dataclasses.asdict(point)).items():
+        setattr(record, column, value)
     record.image_bytes = point.image_bytes + point.kept_bytes  # what a restore needs
 
 
@@ -286,6 +295,8 @@ def restore_copy(
         record.criu_log = str(exc.log) if exc.log else None
         return None
     record.restore_s = time.monotonic() - t0
+    fork_us = criu.last_restore_stats.get("Forking time")
+    record.restore_fork_s = fork_us / 1e6 if fork_us is not None else None
     proc.log = log  # the restored copy writes on into the same log (its fd was restored)
     if stopped:  # dumped stopped, restored stopped: it goes on from inside its write
         signal_all(tree_of(proc), signal.SIGCONT)

@@ -35,6 +35,7 @@ from tasks.engine.clusters.trial import (
 from tasks.engine.paths import copy_argv, run_folder
 from tasks.engine.preflight import log_tail
 from tasks.engine.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
+from tasks.experiments.checkpoints import restore_fork_s
 from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import (
     LOG_TAIL,
@@ -108,8 +109,13 @@ def serve_and_measure(
     seen = probe.wait_for(lambda s: s.offset > killed_at, setup.timeout_s)
     if seen is None:
         raise TrialFailed("no new progress after recovery")
-    serving = rec.record(row["trial_id"], row["arm"], "serving_again", step=seen.step)
-    row["serving_latency_ms"] = (serving.t_mono_ns - seen.t_mono_ns) / 1e6
+    # The clock ends when the line was written; how late the harness learned of it is
+    # the probe's latency, reported beside it.
+    learned_ns = time.monotonic_ns()
+    serving = rec.record_at(
+        row["trial_id"], row["arm"], "serving_again", seen.t_mono_ns, step=seen.step
+    )
+    row["serving_latency_ms"] = (learned_ns - seen.t_mono_ns) / 1e6
     first_new = first_new_step(log, killed_at, plan.workload.progress_probe.log_regex)
     if first_new != m.resume_step + 1:
         raise TrialFailed(
@@ -118,13 +124,17 @@ def serve_and_measure(
     lost_s = max(0.0, span_s(m.recoverable, m.stopped or m.fault))
     if row.get("restore"):
         row["restore"] = "ok"
+    # A copy may write its first line before `criu restore` has returned: its restore ended
+    # by then at the latest, and the parts still add up to the clock.
+    back = min(m.restored, serving, key=lambda e: e.t_mono_ns)
     row.update(
         status="ok",
         recovery_s=span_s(m.fault, serving),
         detection_s=span_s(m.fault, m.detected),
         scheduling_s=span_s(m.detected, m.started),
-        restore_s=span_s(m.started, m.restored),
-        warmup_s=span_s(m.restored, serving),
+        restore_s=span_s(m.started, back),
+        restore_fork_s=restore_fork_s(m.restored),
+        warmup_s=span_s(back, serving),
         work_lost_s=lost_s,
         work_lost_gpu_h=lost_s * row["gpus"] / 3600,
         steps_lost=(m.step_at_fault or 0) - m.resume_step,
@@ -239,24 +249,27 @@ def run_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[st
                 setup.timeout_s,
                 steps.alive_every_s,
             )
-        with journal_step(rec, trial, arm, "interrupt"):
-            cut: Interruption = steps.interrupt(t)
-        killed_at = end_torn_line(t.log)
-        step_at_fault = last_step_before(t.log, killed_at, t.regex)
-        with journal_step(rec, trial, arm, "bring_back"):
-            back = steps.bring_back(t, cut, step_at_fault, killed_at)
-        moments = Moments(
-            cut.fault,
-            cut.detected,
-            back.started,
-            back.restored,
-            back.recoverable,
-            step_at_fault,
-            back.resume_step,
-            cut.stopped,
-        )
-        with journal_step(rec, trial, arm, "serve"):
-            serve_and_measure(row, setup, probe, t.log, killed_at, moments)
+        # From the fault on, the probe holds no read: the first line back is read alone,
+        # so `serving_again` is its own write's time, not a hold's last line's.
+        with probe.time_exactly():
+            with journal_step(rec, trial, arm, "interrupt"):
+                cut: Interruption = steps.interrupt(t)
+            killed_at = end_torn_line(t.log)
+            step_at_fault = last_step_before(t.log, killed_at, t.regex)
+            with journal_step(rec, trial, arm, "bring_back"):
+                back = steps.bring_back(t, cut, step_at_fault, killed_at)
+            moments = Moments(
+                cut.fault,
+                cut.detected,
+                back.started,
+                back.restored,
+                back.recoverable,
+                step_at_fault,
+                back.resume_step,
+                cut.stopped,
+            )
+            with journal_step(rec, trial, arm, "serve"):
+                serve_and_measure(row, setup, probe, t.log, killed_at, moments)
     except CopyNeverStarted:
         raise
     except CkptPocError as exc:  # TrialFailed, CriuError, SlurmError…: this trial's row

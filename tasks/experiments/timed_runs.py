@@ -9,6 +9,7 @@ backend ran it.
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.experiments.checkpoints import restore_fork_s
 from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import LOG_TAIL, workload_hash
 
@@ -100,19 +102,30 @@ def wait_for_ready(
     seen = probe.wait_for(lambda s: s.offset > after_offset, timeout_s)
     if seen is None:
         raise StartFailed(f"no progress line within {timeout_s:.0f} s ({who})")
-    return rec.record(trial, arm, "ready", step=seen.step, probe="first progress line")
+    # Timed to the line's write, as recovery's `serving_again` is (the probe's read may be
+    # later: its latency is `learned_ms`).
+    learned_ms = (time.monotonic_ns() - seen.t_mono_ns) / 1e6
+    return rec.record_at(
+        trial, arm, "ready", seen.t_mono_ns,
+        step=seen.step, probe="first progress line", learned_ms=learned_ms,
+    )  # fmt: skip
 
 
 def restored_numbers(
     image_bytes: int, started: Event, restored: Event, ready: Event
 ) -> dict[str, Any]:
     """A restore row's numbers: ready and restore seconds, and bytes over restore seconds."""
-    restore_s = span_s(started, restored)
+    # A copy may write its first line before `criu restore` has returned: its restore ended
+    # by then at the latest.
+    back = min(restored, ready, key=lambda e: e.t_mono_ns)
+    restore_s = span_s(started, back)
     return {
         "status": "ok",
         "restore": "ok",
         "ready_s": span_s(started, ready),
         "restore_s": restore_s,
+        "restore_fork_s": restore_fork_s(restored),
+        "restore_warmup_s": span_s(back, ready),
         "restore_gbps": image_bytes / restore_s / 1e9 if restore_s > 0 else None,
     }
 

@@ -48,9 +48,23 @@ OWNERS_LOCK = ".owners.lock"  # flock-ed (shared) by every live checkpointer of 
 # out when a workload keeps its TCP connections (--tcp-established excludes them).
 _HARNESS_DUMP = ("--tcp-close", "--skip-in-flight")
 _HARNESS_RESTORE = ("--tcp-close",)
-_STAT = re.compile(
-    r"^(Freezing time|Frozen time|Memory dump time|Memory write time):\s*(\d+)\s*us", re.M
-)
+# CRIU's own statistics (`--display-stats`): "Frozen time: 38764 us", "Memory pages
+# written: 13928 (0x3668)" after a dump; "Restore time", "Forking time", "Pages restored".
+_STAT = re.compile(r"^([A-Z][A-Za-z ]+?):\s*(\d+)(?:\s*us|\s*\(0x[0-9a-f]+\))?\s*$", re.M)
+
+
+# A Checkpoint's fields from CRIU's dump statistics, by the name CRIU prints.
+DUMP_STATS = {
+    "memdump_us": "Memory dump time",
+    "memwrite_us": "Memory write time",
+    "pages_scanned": "Memory pages scanned",
+    "pages_written": "Memory pages written",
+}
+
+
+def criu_stats(output: str) -> dict[str, int]:
+    """CRIU's ``--display-stats`` lines, by their name (µs for times, counts for pages)."""
+    return {name: int(value) for name, value in _STAT.findall(output)}
 
 
 class CriuError(CkptPocError):
@@ -110,6 +124,11 @@ class Checkpoint:
     held_log_bytes: int | None  # bytes of the workload log written when it was frozen
     pid: int
     kept_bytes: int = 0  # files kept beside the images (open_files.py), put back at restore
+    # CRIU's own split of the dump: collecting the pages, writing them; and how many.
+    memdump_us: int | None = None
+    memwrite_us: int | None = None
+    pages_scanned: int | None = None
+    pages_written: int | None = None
 
     @classmethod
     def load(cls, path: Path) -> Checkpoint | None:
@@ -209,6 +228,7 @@ class CriuCheckpointer:
         self.binary = binary or find_criu()
         self._recorder, self._trial, self._arm = recorder, trial_id, arm
         self._lock = threading.Lock()  # one CRIU operation at a time
+        self.last_restore_stats: dict[str, int] = {}  # CRIU's own, of the last restore
         root.mkdir(parents=True, exist_ok=True)
         self.removed_stale = self._hold_root(protect)
         self._next = 1 + max((self._index(p) for p in root.glob("ckpt-*")), default=0)
@@ -344,7 +364,7 @@ class CriuCheckpointer:
             dump_s = time.monotonic() - t0
             if done.returncode != 0:
                 raise self._dump_failed(proc, index, folder, done.returncode)
-            stats = {k: int(v) for k, v in _STAT.findall(done.stdout + done.stderr)}
+            stats = criu_stats(done.stdout + done.stderr)
             ckpt = Checkpoint(
                 index=index,
                 path=folder,
@@ -355,6 +375,7 @@ class CriuCheckpointer:
                 held_log_bytes=int(held.read_text()) if held.exists() else None,
                 pid=proc.pid,
                 kept_bytes=open_files.kept_bytes(folder),
+                **{field: stats.get(name) for field, name in DUMP_STATS.items()},
             )
             record = {**asdict(ckpt), "path": str(folder)}
             tmp = folder / f".{COMPLETE}.tmp"
@@ -369,6 +390,7 @@ class CriuCheckpointer:
                 frozen_us=ckpt.frozen_us,
                 held_log_bytes=ckpt.held_log_bytes,
                 kept_bytes=ckpt.kept_bytes,
+                **{field: getattr(ckpt, field) for field in DUMP_STATS},
                 since_start_s=(time.monotonic_ns() - start.t_mono_ns) / 1e9,
             )
             self._prune()
@@ -505,6 +527,7 @@ class CriuCheckpointer:
                         str(ckpt.path),
                         "-d",
                         *self.restore_options,
+                        "--display-stats",
                         "--pidfile",
                         str(pidfile),
                         "-o",
@@ -527,7 +550,16 @@ class CriuCheckpointer:
                         done.returncode,
                     )
                 pid = int(pidfile.read_text().strip())
-                self.record("restored", index=ckpt.index, pid=pid)
+                stats = criu_stats((done.stdout or "") + (done.stderr or ""))
+                self.last_restore_stats = stats
+                self.record(
+                    "restored",
+                    index=ckpt.index,
+                    pid=pid,
+                    restore_us=stats.get("Restore time"),
+                    forking_us=stats.get("Forking time"),
+                    pages_restored=stats.get("Pages restored"),
+                )
                 return cluster.adopt(slot, self._arm, pid)
             finally:
                 cluster.reaper.forget_pidfile(pidfile)  # adopted (tracked by pid), or failed

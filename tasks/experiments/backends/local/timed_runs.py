@@ -151,17 +151,19 @@ def cold_start_pair_local(
         killed_at = proc.log.stat().st_size
         restore["page_cache"] = drop_page_cache() if drop_caches else "warm"
         restore["restore"] = "failed"  # until the restored copy is ready (restore_attempted)
-        new = criu.restore(slots, slot, point)
-        started = rec.events(trial, "managed", "restore_start")[-1]
-        restored = rec.events(trial, "managed", "restored")[-1]
         # The restored copy writes on into the native copy's log (CRIU restores its file
-        # descriptors): only lines past what the native copy wrote count.
-        probe = LogProgressProbe(proc.log, regex, rec, trial, "managed").start()
-        probes.append(probe)
-        ready = wait_for_ready(
-            plan, probe, rec, trial, "managed",
-            after_offset=killed_at, timeout_s=timeout_s, alive=new.alive, who="managed",
-        )  # fmt: skip
+        # descriptors): only lines past what the native copy wrote count. The probe follows
+        # from before the restore, unheld: a first line written as criu returns is timed.
+        probe = LogProgressProbe(proc.log, regex, rec, trial, "managed", from_offset=killed_at)
+        probes.append(probe.start())
+        with probe.time_exactly():
+            new = criu.restore(slots, slot, point)
+            started = rec.events(trial, "managed", "restore_start")[-1]
+            restored = rec.events(trial, "managed", "restored")[-1]
+            ready = wait_for_ready(
+                plan, probe, rec, trial, "managed",
+                after_offset=killed_at, timeout_s=timeout_s, alive=new.alive, who="managed",
+            )  # fmt: skip
         restore.update(restored_numbers(point.image_bytes, started, restored, ready))
     except (StartFailed, CriuError, CkptPocError) as exc:
         tail = log_tail(slots.log_path(slot, "unmanaged", trial))  # the restore writes on in it

@@ -237,24 +237,29 @@ def cold_start_pair_on_slurm(
             fingerprint=True,
             **common,
         )
-        new = cluster.submit(node, "managed", spec, name=trial, log=log, gpus=gpus, exclusive=True)
-        restore["job_id"] = new.job_id
-        cluster.wait_started(new, timeout_s)
-        names = ("restored", "restore_failed")
-        restored = wait_job_event(rec, events, trial, "managed", names, None, timeout_s)
-        if restored is None or restored.event == "restore_failed":
-            tail = str(restored.detail.get("log_tail", "")) if restored else ""
-            last = tail.strip().splitlines()[-1] if tail.strip() else "no restore event"
-            raise StartFailed(f"restore job {new.job_id} did not bring the copy back: {last}")
-        restore_start = rec.events(trial, "managed", "restore_start")[-1]
         # The restored copy writes on into the native copy's log (CRIU restores its file
-        # descriptors): only lines past what the native copy wrote count.
-        probes.append(probe := LogProgressProbe(log, regex, rec, trial, "managed").start())
-        ready = wait_for_ready(
-            plan, probe, rec, trial, "managed",
-            after_offset=killed_at, timeout_s=timeout_s, alive=_alive(cluster, new),
-            who=f"managed, job {new.job_id}",
-        )  # fmt: skip
+        # descriptors): only lines past what the native copy wrote count. The probe follows
+        # from before the job, unheld: a first line written as the restore ends is timed.
+        probe = LogProgressProbe(log, regex, rec, trial, "managed", from_offset=killed_at)
+        probes.append(probe.start())
+        with probe.time_exactly():
+            new = cluster.submit(
+                node, "managed", spec, name=trial, log=log, gpus=gpus, exclusive=True
+            )
+            restore["job_id"] = new.job_id
+            cluster.wait_started(new, timeout_s)
+            names = ("restored", "restore_failed")
+            restored = wait_job_event(rec, events, trial, "managed", names, None, timeout_s)
+            if restored is None or restored.event == "restore_failed":
+                tail = str(restored.detail.get("log_tail", "")) if restored else ""
+                last = tail.strip().splitlines()[-1] if tail.strip() else "no restore event"
+                raise StartFailed(f"restore job {new.job_id} did not bring the copy back: {last}")
+            restore_start = rec.events(trial, "managed", "restore_start")[-1]
+            ready = wait_for_ready(
+                plan, probe, rec, trial, "managed",
+                after_offset=killed_at, timeout_s=timeout_s, alive=_alive(cluster, new),
+                who=f"managed, job {new.job_id}",
+            )  # fmt: skip
         restore.update(
             restored_numbers(point.image_bytes, restore_start, restored, ready),
             page_cache=_page_cache(rec, trial, "managed"),
