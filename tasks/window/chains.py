@@ -57,8 +57,9 @@ that allocated = delivered + lost + idle_checkpoint + idle_recovery + idle_other
 4. idle_other: allocated and none of the above: start-up before the first progress step,
    after the last one, waiting.
 
-Limits: when the probe read several new lines at once, `serving_again` carries the last of
-them, so ``r`` is too high and lost too low by less than that read's steps; the frozen span's
+Limits: from the fault on the probe reads each write alone (`time_exactly`), so
+`serving_again` is the first line back; a copy writing two lines within one wake-up still
+puts ``r`` one step high (and lost one step low); the frozen span's
 position within its dump is assumed; GPU counts come from the plan where `trials` has no
 row for the chain (side-by-side runs).
 
