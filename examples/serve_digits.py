@@ -34,16 +34,19 @@ import signal
 import sys
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
+from examples import weights as weights_file
 from examples.train_digits import (
     N_FEATURES,
     Ballast,
     Config,
     DigitsMLP,
     load_digits_arrays,
+    read_weights,
     split_indices,
 )
 
@@ -167,6 +170,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--init-steps", type=int, default=300, help="training steps before ready")
     ap.add_argument(
+        "--weights",
+        type=Path,
+        metavar="FILE",
+        help="load the model from FILE (python -m examples.weights --train-steps K) instead "
+        "of training it: an engine's weights read from storage (--init-steps is then unused)",
+    )
+    ap.add_argument(
         "--init-step-sleep",
         type=float,
         default=0.0,
@@ -187,6 +197,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep M MiB of extra ballast memory resident (default 0)",
     )
     return ap
+
+
+def load_model(
+    path: Path, seed: int, hidden: int, X: np.ndarray, y: np.ndarray, train_idx: np.ndarray
+) -> DigitsMLP:
+    """The served model: its table and trained MLP weights read from ``path``."""
+    tensors, _ = read_weights(path)
+    if any(k not in tensors for k in weights_file.MLP_NAMES):
+        print(f"cannot serve {path}: no trained weights (make it with --train-steps K)",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(2)
+    model = DigitsMLP(Config(seed=seed, hidden=hidden), X, y, train_idx, embed=tensors["embed"])
+    model.params.update({k: tensors[k].astype(np.float64) for k in weights_file.MLP_NAMES})
+    return model
 
 
 def _stop(signum, frame):
@@ -210,21 +234,31 @@ def main(argv: list[str] | None = None) -> int:
             server.phase = "ballast"
             server.ballast = Ballast.generate(args.state_mb, args.seed, server.serve_pending)
 
-        server.phase = "training"
         train_idx, test_idx = split_indices(len(y))
-        model = DigitsMLP(Config(seed=args.seed, hidden=args.hidden), X, y, train_idx)
-        for _ in range(args.init_steps):
-            model.train_step()
-            server.init_step = model.step
+        if args.weights is not None:
+            server.phase = "loading"
+            model = load_model(args.weights, args.seed, args.hidden, X, y, train_idx)
             server.serve_pending()
-            if args.init_step_sleep > 0:
-                time.sleep(args.init_step_sleep)
+        else:
+            server.phase = "training"
+            model = DigitsMLP(Config(seed=args.seed, hidden=args.hidden), X, y, train_idx)
+            for _ in range(args.init_steps):
+                model.train_step()
+                server.init_step = model.step
+                server.serve_pending()
+                if args.init_step_sleep > 0:
+                    time.sleep(args.init_step_sleep)
 
         server.phase = "warmup"
+        t0 = time.monotonic()
+        if model.embed is not None:
+            weights_file.checksum(model.embed)  # the table checked end to end
         for _ in range(args.warmup_rounds):
-            model.predict_proba(X)
+            # The whole data set as requests, one at a time, as clients will send them.
+            for i in range(len(y)):
+                model.predict_proba(X[i])
             server.serve_pending()
-        _emit(f"warmup accuracy={model.accuracy(test_idx)!r}")
+        _emit(f"warmup accuracy={model.accuracy(test_idx)!r} s={time.monotonic() - t0:.3f}")
 
         server.model = model
         server.phase = "ready"

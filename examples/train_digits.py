@@ -33,6 +33,8 @@ from pathlib import Path
 
 import numpy as np
 
+from examples import weights as weights_file
+
 CKPT_NAME = "ckpt.npz"
 CKPT_FORMAT = "digits-mlp-v1"
 N_FEATURES = 64
@@ -99,6 +101,7 @@ class Config:
     lr: float = 0.05
     momentum: float = 0.9
     batch_size: int = 32
+    weights: str = ""  # the weights file's identity (examples/weights.py), if one is read
 
 
 PARAM_NAMES = ("W1", "b1", "W2", "b2")
@@ -107,11 +110,26 @@ PARAM_NAMES = ("W1", "b1", "W2", "b2")
 class DigitsMLP:
     """Weights, momentum buffers and the data-order generator: all a training step reads."""
 
-    def __init__(self, cfg: Config, X: np.ndarray, y: np.ndarray, train_idx: np.ndarray):
+    def __init__(
+        self,
+        cfg: Config,
+        X: np.ndarray,
+        y: np.ndarray,
+        train_idx: np.ndarray,
+        embed: np.ndarray | None = None,
+    ):
         if not 1 <= cfg.batch_size <= len(train_idx):
             raise ValueError(f"batch size must be in 1..{len(train_idx)}")
+        if embed is not None and embed.shape[1:] != (cfg.hidden,):
+            raise ValueError(
+                f"the table's rows have {embed.shape[1:]} values, hidden is {cfg.hidden}"
+            )
         self.cfg = cfg
         self.X, self.y, self.train_idx = X, y, train_idx
+        # A frozen embedding table (examples/weights.py), added to the hidden layer's input
+        # at each sample's row; none: the plain MLP.
+        self.embed = embed
+        self.sample_rows = weights_file.pixel_rows(X, len(embed)) if embed is not None else None
         self.rng = np.random.Generator(np.random.PCG64(cfg.seed))
         h = cfg.hidden
         self.params = {
@@ -127,9 +145,20 @@ class DigitsMLP:
         self.pos = 0
 
     # -- inference
-    def logits(self, x: np.ndarray) -> np.ndarray:
+    def _pre(self, x: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         p = self.params
-        hidden = np.maximum(x @ p["W1"] + p["b1"], 0.0)
+        pre = x @ p["W1"] + p["b1"]
+        if self.embed is not None:
+            pre = pre + self.embed[rows]
+        return pre
+
+    def logits(self, x: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Logits of inputs ``x``; ``rows``: their table rows (hashed from ``x`` if None)."""
+        x = np.atleast_2d(x)
+        if self.embed is not None and rows is None:
+            rows = weights_file.pixel_rows(x, len(self.embed))
+        hidden = np.maximum(self._pre(x, rows), 0.0)
+        p = self.params
         return hidden @ p["W2"] + p["b2"]
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
@@ -139,7 +168,8 @@ class DigitsMLP:
         return e / e.sum(axis=1, keepdims=True)
 
     def accuracy(self, idx: np.ndarray) -> float:
-        pred = self.logits(self.X[idx]).argmax(axis=1)
+        rows = self.sample_rows[idx] if self.sample_rows is not None else None
+        pred = self.logits(self.X[idx], rows).argmax(axis=1)
         return float((pred == self.y[idx]).mean())
 
     # -- training
@@ -161,7 +191,7 @@ class DigitsMLP:
         n = len(batch)
         rows = np.arange(n)
 
-        pre = x @ p["W1"] + p["b1"]
+        pre = self._pre(x, self.sample_rows[batch] if self.sample_rows is not None else None)
         hidden = np.maximum(pre, 0.0)
         z = hidden @ p["W2"] + p["b2"]
         z -= z.max(axis=1, keepdims=True)
@@ -315,6 +345,33 @@ def _emit(line: str) -> None:
     print(line, flush=True)
 
 
+def read_weights(path: Path) -> tuple[dict[str, np.ndarray], str]:
+    """Every tensor of ``path`` read into memory, and the file's identity; a missing or
+    foreign file, or one without the table, ends the run (exit 2) saying which."""
+    t0 = time.monotonic()
+    try:
+        tensors, meta = weights_file.load(path)
+    except (OSError, ValueError, weights_file.SafetensorError) as exc:
+        print(f"cannot read weights {path}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if "embed" not in tensors:
+        print(f"cannot read weights {path}: no 'embed' tensor", file=sys.stderr)
+        raise SystemExit(2)
+    size = sum(t.nbytes for t in tensors.values())
+    _emit(f"loaded weights bytes={size} read_s={time.monotonic() - t0:.3f}")
+    return tensors, weights_file.identity(meta)
+
+
+def warm_up(model: DigitsMLP) -> None:
+    """Before step 1, as an engine builds and checks what it read: the table checked end to
+    end and one forward pass over the whole data set."""
+    t0 = time.monotonic()
+    assert model.embed is not None
+    total = weights_file.checksum(model.embed)
+    accuracy = model.accuracy(np.arange(len(model.y)))
+    _emit(f"warmup checksum={total!r} accuracy={accuracy!r} s={time.monotonic() - t0:.3f}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m examples.train_digits",
@@ -338,6 +395,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume",
         action="store_true",
         help="continue from the checkpoint in --checkpoint-dir if there is one",
+    )
+    ap.add_argument(
+        "--weights",
+        type=Path,
+        metavar="FILE",
+        help="read the frozen embedding table from FILE (python -m examples.weights) and warm "
+        "up before step 1: a production job's model read from storage",
     )
     ap.add_argument(
         "--state-mb",
@@ -378,11 +442,17 @@ def main(argv: list[str] | None = None) -> int:
 
     X, y = load_digits_arrays()
     train_idx, test_idx = split_indices(len(y))
-    cfg = Config(args.seed, args.hidden, args.lr, args.momentum, args.batch_size)
+    embed, identity = None, ""
+    if args.weights is not None:
+        tensors, identity = read_weights(args.weights)
+        embed = tensors["embed"]
+    cfg = Config(args.seed, args.hidden, args.lr, args.momentum, args.batch_size, identity)
     try:
-        model = DigitsMLP(cfg, X, y, train_idx)
+        model = DigitsMLP(cfg, X, y, train_idx, embed=embed)
     except ValueError as exc:
         ap.error(str(exc))
+    if embed is not None:
+        warm_up(model)
     _emit(
         f"start steps={args.steps} hidden={args.hidden} seed={args.seed} state_mb={args.state_mb}"
     )

@@ -224,11 +224,12 @@ def test_server_gets_ready_and_predicts_deterministically(server):
         if code == 200:
             break
         assert code == 503 and body["ready"] is False
-        assert _http(base + "/predict?i=0")[0] == 503
+        # 503 while initialising, unless it became ready between the two requests.
+        assert _http(base + "/predict?i=0")[0] == 503 or _http(base + "/ready")[0] == 200
         time.sleep(0.05)
     assert statuses[-1] == 200, f"not ready in time:\n{log.read_text()}"
     assert statuses[0] == 503  # it listens first and answers while initialising
-    assert re.search(r"^warmup accuracy=0\.\d+\nready$", log.read_text(), re.M)
+    assert re.search(r"^warmup accuracy=0\.\d+ s=\d+\.\d+\nready$", log.read_text(), re.M)
     rss = _rss_bytes(proc.pid)
     assert rss is None or rss > 64 << 20  # the ballast is resident
 
@@ -265,3 +266,90 @@ def test_server_gets_ready_and_predicts_deterministically(server):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
     assert log.read_text().splitlines()[-1] == "stopped"
+
+
+# --------------------------------------------------------------------------- weights file
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> Path:
+    """A 4 MiB weights file with a trained MLP on it, made as a plan's prepare step does."""
+    path = tmp_path_factory.mktemp("weights") / "w.safetensors"
+    done = _run(["examples.weights", str(path), "--mb", "4", "--train-steps", "100"])
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["status"] == "written" and said["bytes"] == path.stat().st_size
+    assert said["bytes"] > 4 << 20  # the table, the MLP and the header
+    return path
+
+
+def test_weights_file_is_kept_when_up_to_date_and_rewritten_when_not(weights, tmp_path):
+    before = weights.stat().st_mtime_ns
+    again = _run(["examples.weights", str(weights), "--mb", "4", "--train-steps", "100"])
+    assert json.loads(again.stdout)["status"] == "up to date"
+    assert weights.stat().st_mtime_ns == before
+    other = tmp_path / "other.safetensors"
+    other.write_bytes(b"not a safetensors file")
+    rewritten = _run(["examples.weights", str(other), "--mb", "2"])
+    assert json.loads(rewritten.stdout)["status"] == "written"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_training_with_weights_reads_them_before_step_1_and_resumes_bit_exact(weights, tmp_path):
+    def train(ckpt: str, *extra: str, steps: int = STEPS, file: Path = weights):
+        return _run(
+            ["examples.train_digits", "--steps", str(steps), "--step-sleep", "0",
+             "--weights", str(file), "--checkpoint-every", "20",
+             "--checkpoint-dir", str(tmp_path / ckpt), *extra]
+        )  # fmt: skip
+
+    whole = train("whole")
+    assert whole.returncode == 0, whole.stderr
+    lines = whole.stdout.splitlines()
+    assert re.match(r"^loaded weights bytes=\d+ read_s=\d+\.\d+$", lines[0])
+    assert int(lines[0].split()[2].split("=")[1]) >= 4 << 20
+    assert re.match(r"^warmup checksum=\S+ accuracy=\S+ s=\d+\.\d+$", lines[1])
+    assert lines[2].startswith("start ") and lines[3].startswith("step=1 ")
+    losses = _losses(whole.stdout)
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    assert _losses(_run(_train_args()).stdout) != losses  # the table takes part in each step
+
+    first = train("ckpt", "--resume", steps=30)  # a run that ends at step 30, checkpointed
+    assert first.returncode == 0, first.stderr
+    resumed = train("ckpt", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed step=30" in resumed.stdout
+    assert _losses(resumed.stdout) == {s: losses[s] for s in range(31, STEPS + 1)}
+
+    other = tmp_path / "other.safetensors"
+    assert _run(["examples.weights", str(other), "--mb", "4", "--seed", "3"]).returncode == 0
+    refused = train("ckpt", "--resume", file=other)
+    assert refused.returncode == 2 and "cannot resume" in refused.stderr
+
+    missing = train("none", file=tmp_path / "absent.safetensors")
+    assert missing.returncode == 2 and "cannot read weights" in missing.stderr
+
+
+def test_server_with_weights_answers_as_the_model_in_the_file(weights, tmp_path):
+    from examples import weights as weights_file
+    from examples.train_digits import Config, DigitsMLP, load_digits_arrays, split_indices
+
+    log = tmp_path / "serve.log"
+    proc = _start(["examples.serve_digits", "--port", "0", "--weights", str(weights)], log)
+    try:
+        port = _wait_for_line(proc, log, r"^listening host=127\.0\.0\.1 port=(\d+)$").group(1)
+        _wait_for_line(proc, log, r"^ready$")
+        text = log.read_text()
+        assert re.search(r"^loaded weights bytes=\d+ read_s=\S+\nwarmup accuracy=0\.\d+ s=", text,
+                         re.M)  # fmt: skip
+        tensors, _ = weights_file.load(weights)
+        X, y = load_digits_arrays()
+        model = DigitsMLP(Config(), X, y, split_indices(len(y))[0], embed=tensors["embed"])
+        model.params.update({k: tensors[k] for k in weights_file.MLP_NAMES})
+        for i in (0, 7, 1000):
+            code, body = _http(f"http://127.0.0.1:{port}/predict?i={i}")
+            assert code == 200
+            assert body["probs"] == [float(p) for p in model.predict_proba(X[i])[0]]
+        assert model.accuracy(split_indices(len(y))[1]) > 0.8  # 100 steps learnt the digits
+    finally:
+        _kill(proc)

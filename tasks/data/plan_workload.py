@@ -36,7 +36,11 @@ Placeholders: ``{copy_dir}`` (each copy's own folder: command, env, prepare, pat
 not in the first workload, whose engines do not pick one), ``{workdir}`` (the folder
 workloads run from, where relative paths resolve: e.g. to copy an input from the repo in a
 ``prepare`` command, which runs in ``{copy_dir}``; compatibility stage only) and ``{log}``
-(only as a fidelity file: the copy's stdout/stderr log).
+(only as a fidelity file: the copy's stdout/stderr log) and ``{prepared}`` (a folder per
+workload and PoC under the plan's data_dir, where ``prepare`` writes what every copy reads:
+weights, a data set; tasks/engine/prepared.py). The comparisons run the first workload's
+``prepare`` once per stage run, in ``{prepared}`` (its ``{copy_dir}`` is that folder too);
+the compatibility stage runs each workload's ``prepare`` in each copy's folder.
 """
 
 from __future__ import annotations
@@ -50,7 +54,8 @@ COPY_DIR = "{copy_dir}"
 PORT = "{port}"
 LOG = "{log}"
 WORKDIR = "{workdir}"
-PLACEHOLDERS = (COPY_DIR, PORT, LOG, WORKDIR)
+PREPARED = "{prepared}"
+PLACEHOLDERS = (COPY_DIR, PORT, LOG, WORKDIR, PREPARED)
 
 MAX_STEPS = 10**9  # the application's own checkpoint period, in steps
 MAX_GPUS = 64  # GPUs per job

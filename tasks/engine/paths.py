@@ -13,12 +13,21 @@ if TYPE_CHECKING:
     from tasks.data.runctx import RunContext
 
 COPY_DIR = "{copy_dir}"
+PREPARED = "{prepared}"
 
 
 def run_folder(ctx: RunContext) -> Path:
     return ctx.data_dir / ctx.poc / "runs" / ctx.run_id
 
 
-def copy_argv(argv: list[str], copy_dir: Path) -> list[str]:
-    """The plan's argv for one copy: ``{copy_dir}`` becomes that copy's own folder."""
-    return [a.replace(COPY_DIR, str(copy_dir)) for a in argv]
+def prepared_folder(data_dir: str | Path, poc: str, workload: str) -> Path:
+    """``{prepared}``: what a workload's ``prepare`` writes once for all its copies (weights,
+    a data set), one folder per workload and PoC under the plan's data_dir."""
+    return Path(data_dir).resolve() / poc / "prepared" / workload
+
+
+def copy_argv(argv: list[str], copy_dir: Path, prepared: Path | None = None) -> list[str]:
+    """The plan's argv for one copy: ``{copy_dir}`` becomes that copy's own folder and
+    ``{prepared}`` its workload's prepared folder."""
+    words = [a.replace(COPY_DIR, str(copy_dir)) for a in argv]
+    return [a.replace(PREPARED, str(prepared)) for a in words] if prepared else words

@@ -34,7 +34,8 @@ from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.copies import CopyEnd, CopyRequest, WorkloadCopy
 from tasks.engine.clusters.registry import BUILT_KINDS, cluster_for
-from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.paths import run_folder
+from tasks.engine.prepared import prepare_workload, workload_argv
 from tasks.engine.probes import LogProgressProbe, wait_ready
 
 # Every backend that builds a cluster starts copies (the `Cluster` protocol).
@@ -162,6 +163,7 @@ def run_side_by_side(
     workers = WorkerThreads()
     ends: dict[str, CopyEnd] = {}
     try:
+        prepare_workload(plan, timeout_s)
         _start_copies(plan, cluster, run_dir, recorder, trial, slots, copies, workers, timeout_s)
         ready = _follow_copies(plan, cluster, recorder, trial, copies, workers, timeout_s, serve_s)
         for arm, copy in copies.items():
@@ -205,7 +207,7 @@ def _start_copies(
             arm,
             slots[arm],
             copy_dir,
-            copy_argv(plan.workload.command or [], copy_dir),
+            workload_argv(plan, copy_dir),
             checkpoint=arm == "managed",  # the managed arm's opt-in
             checkpoint_root=run_dir / "criu",
             start_timeout_s=timeout_s,

@@ -39,7 +39,7 @@ from tasks.engine.checkpointers.criu import CriuCheckpointer, clean_dead_roots
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.process import MachineSlots, WorkloadProcess
 from tasks.engine.clusters.registry import BUILT_KINDS, process_slots
-from tasks.engine.paths import run_folder
+from tasks.engine.paths import prepared_folder, run_folder
 from tasks.engine.preflight import log_tail
 from tasks.engine.probes import (
     LogProgressProbe,
@@ -97,9 +97,13 @@ class Sweep:
     slot: str
     cycles: int
     timeout_s: float
+    prepared_root: Path  # data_dir/poc/prepared: each workload's {prepared} is a folder in it
 
     def copy(self, w: Workload, index: int, name: str) -> Copy:
-        return make_copy(w, f"workloads.{index}", name, self.run_dir, self.cluster.workdir)
+        prepared = self.prepared_root / w.name
+        return make_copy(
+            w, f"workloads.{index}", name, self.run_dir, self.cluster.workdir, prepared
+        )
 
 
 def ensure_compatibility_runs(plan: Plan) -> None:
@@ -549,6 +553,7 @@ def run_compatibility(
         plan.cluster.nodes[0],
         n,
         timeout_s or plan.compatibility.timeout_s,
+        prepared_folder(plan.data_dir, plan.poc, "-").parent,
     )
     sweeps: list[WorkloadSweep] = []
     try:

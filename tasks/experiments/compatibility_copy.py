@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.data.plan import Workload
-from tasks.data.plan_workload import COPY_DIR, PORT, WORKDIR
+from tasks.data.plan_workload import COPY_DIR, PORT, PREPARED, WORKDIR
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
 from tasks.experiments.compatibility_fidelity import BadInput, CopyFiles
 
@@ -40,9 +40,11 @@ class Copy:
     copy_dir: Path
     workdir: Path
     port: int | None
+    prepared: Path  # {prepared}: what prepare writes once for every copy (weights, data)
 
     def fill(self, word: str) -> str:
         word = word.replace(COPY_DIR, str(self.copy_dir)).replace(WORKDIR, str(self.workdir))
+        word = word.replace(PREPARED, str(self.prepared))
         return word.replace(PORT, str(self.port)) if self.port is not None else word
 
     @property
@@ -62,11 +64,14 @@ class Copy:
         return CopyFiles(self.copy_dir, log)
 
 
-def make_copy(workload: Workload, field: str, name: str, run_dir: Path, workdir: Path) -> Copy:
+def make_copy(
+    workload: Workload, field: str, name: str, run_dir: Path, workdir: Path, prepared: Path
+) -> Copy:
     copy_dir = run_dir / f"compat-{workload.name}" / name
     copy_dir.mkdir(parents=True, exist_ok=True)
+    prepared.mkdir(parents=True, exist_ok=True)
     port = free_port() if workload.uses_port else None
-    return Copy(workload, field, name, copy_dir, workdir, port)
+    return Copy(workload, field, name, copy_dir, workdir, port, prepared)
 
 
 def _said(text: str | bytes | None) -> str:

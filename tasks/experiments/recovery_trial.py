@@ -32,8 +32,9 @@ from tasks.engine.clusters.trial import (
     app_resume_step,
     progress_event,
 )
-from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.paths import run_folder
 from tasks.engine.preflight import log_tail
+from tasks.engine.prepared import workload_argv
 from tasks.engine.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
 from tasks.experiments.checkpoints import restore_fork_s
 from tasks.experiments.clocks import clock_of
@@ -229,7 +230,7 @@ def run_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[st
         arm,
         node,
         copy_dir,
-        copy_argv(plan.workload.command or [], copy_dir),
+        workload_argv(plan, copy_dir),
         row,
         setup.timeout_s,
         setup.fault_timeout_s,

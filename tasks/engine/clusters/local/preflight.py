@@ -8,7 +8,7 @@ from tasks.data.runctx import RunContext
 from tasks.engine.clusters.local.cluster import LocalCluster
 from tasks.engine.clusters.reaper import ProcessError
 from tasks.engine.interpreter import resolve_workload_argv
-from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.paths import run_folder
 from tasks.engine.preflight import (
     PREFLIGHT_TIMEOUT_S,
     TRIAL,
@@ -17,15 +17,18 @@ from tasks.engine.preflight import (
     await_first_sign,
     log_tail,
 )
+from tasks.engine.prepared import prepare_workload, workload_argv
 
 
 def preflight_local(
     plan: Plan, ctx: RunContext, cluster: LocalCluster, timeout_s: float = PREFLIGHT_TIMEOUT_S
 ) -> PreflightResult:
-    """Start one copy on the plan's first slot, see it work, stop it."""
+    """Prepare the workload (tasks/engine/prepared.py), start one copy on the plan's first
+    slot, see it work, stop it."""
+    prepare_workload(plan, timeout_s, cluster.workdir)
     copy_dir = run_folder(ctx) / TRIAL
     copy_dir.mkdir(parents=True, exist_ok=True)
-    argv = copy_argv(plan.workload.command or [], copy_dir)
+    argv = workload_argv(plan, copy_dir)
     slot = plan.cluster.nodes[0]
     log = cluster.log_path(slot, TRIAL, TRIAL)
     before = log.stat().st_size if log.exists() else 0  # logs are appended to

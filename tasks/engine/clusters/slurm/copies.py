@@ -17,8 +17,9 @@ from tasks.engine.clusters.slurm.cluster import ACTIVE_STATES, SlurmCluster, Slu
 from tasks.engine.clusters.slurm.recovery import SlurmRecovery
 from tasks.engine.clusters.slurm.recovery_notice import SlurmNoticeRecovery
 from tasks.engine.clusters.slurm.spec import copy_spec
-from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.paths import run_folder
 from tasks.engine.preflight import TRIAL, PreflightResult, await_first_sign
+from tasks.engine.prepared import prepare_workload, workload_argv
 
 
 @dataclass
@@ -107,10 +108,11 @@ class SlurmBackend(SlurmCluster):
         queue first (``queue_timeout_s`` covers that too)."""
         assert self.plan is not None, "a preflight is for a plan (SlurmBackend.for_plan)"
         plan, node = self.plan, self.plan.cluster.nodes[0]
+        prepare_workload(plan, timeout_s)
         copy_dir = run_folder(ctx) / TRIAL
         copy_dir.mkdir(parents=True, exist_ok=True)
         log = copy_dir / "workload.log"
-        argv = copy_argv(plan.workload.command or [], copy_dir)
+        argv = workload_argv(plan, copy_dir)
         spec = copy_spec(
             plan,
             TRIAL,

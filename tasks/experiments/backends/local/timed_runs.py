@@ -20,8 +20,9 @@ from tasks.engine.clock import EventRecorder, span_s
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.process import slots_of
 from tasks.engine.page_cache import drop_page_cache
-from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.paths import run_folder
 from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, log_tail
+from tasks.engine.prepared import workload_argv
 from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.timed_runs import (
     RunFailed,
@@ -62,7 +63,7 @@ def overhead_run_local(
     periodic: PeriodicCheckpoints | None = None
     try:
         rec.record(trial, arm, "launch", slot=slot)
-        proc = slots.start(slot, arm, copy_argv(plan.workload.command or [], copy_dir), tag=trial)
+        proc = slots.start(slot, arm, workload_argv(plan, copy_dir), tag=trial)
         probe = LogProgressProbe(proc.log, plan.workload.progress_probe.log_regex, rec, trial, arm)
         probe.start()
         if arm == "managed" and variant == "checkpointing":
@@ -126,7 +127,7 @@ def cold_start_pair_local(
     try:
         native["page_cache"] = drop_page_cache() if drop_caches else "warm"
         launch = rec.record(trial, "unmanaged", "launch", slot=slot)
-        argv = copy_argv(plan.workload.command or [], copy_dir)
+        argv = workload_argv(plan, copy_dir)
         proc = slots.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
         probe = LogProgressProbe(proc.log, regex, rec, trial, "unmanaged").start()
         probes.append(probe)

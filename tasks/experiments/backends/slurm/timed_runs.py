@@ -38,8 +38,9 @@ from tasks.engine.clusters.slurm.cluster import (
     SlurmJob,
 )
 from tasks.engine.clusters.slurm.spec import copy_spec, wait_job_event
-from tasks.engine.paths import copy_argv, run_folder
+from tasks.engine.paths import run_folder
 from tasks.engine.preflight import log_tail
+from tasks.engine.prepared import workload_argv
 from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.timed_runs import (
     RunFailed,
@@ -115,7 +116,7 @@ def overhead_run_on_slurm(
     probe: LogProgressProbe | None = None
     try:
         rec.record(trial, arm, "launch", node=node)
-        argv = copy_argv(plan.workload.command or [], copy_dir)
+        argv = workload_argv(plan, copy_dir)
         spec = copy_spec(
             plan, trial, arm, copy_dir, checkpoint=dumps, mode="run", argv=argv, fingerprint=True
         )
@@ -177,7 +178,7 @@ def cold_start_pair_on_slurm(
     gpus = plan.workload.gpus
     probes: list[LogProgressProbe] = []
     try:
-        argv = copy_argv(plan.workload.command or [], copy_dir)
+        argv = workload_argv(plan, copy_dir)
         spec = copy_spec(
             plan,
             trial,

@@ -1,0 +1,90 @@
+"""What the comparisons' workload reads at start, prepared once before its copies.
+
+A production job reads its model, weights and data from storage at every start: that
+reading is what a restore saves. A workload's ``prepare`` commands write such files (the
+examples: ``python -m examples.weights {prepared}/weights.safetensors --mb N``), and its
+command reads them. The comparisons (recovery, overhead, cold start, side by side) run the
+first workload's ``prepare`` once per stage run, before their first copy, in the workload's
+``{prepared}`` folder (tasks/engine/paths.py); a prepare command that finds its output up to
+date keeps it, so the second stage costs little. The compatibility stage runs each
+workload's ``prepare`` in each copy's folder, with the same ``{prepared}``.
+
+On Slurm the commands run from the harness host into the plan's data_dir, which the nodes
+share (their jobs write their logs there too), not inside a job.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tasks.data.errors import CkptPocError
+from tasks.data.plan import Plan
+from tasks.engine.interpreter import resolve_workload_argv, workload_env
+from tasks.engine.paths import PREPARED, copy_argv, prepared_folder
+
+OUTPUT_SAID = 400  # characters of a failed command's output in a message
+
+
+class PrepareFailed(CkptPocError):
+    """A ``prepare`` command of the comparisons' workload failed (names the plan item)."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    folder: Path
+    seconds: float
+    commands: int
+
+
+def workload_prepared(plan: Plan) -> Path:
+    """The comparisons' workload's ``{prepared}`` folder."""
+    return prepared_folder(plan.data_dir, plan.poc, plan.workload.name)
+
+
+def workload_argv(plan: Plan, copy_dir: Path) -> list[str]:
+    """The comparisons' workload command for one copy, its placeholders filled in."""
+    return copy_argv(plan.workload.command or [], copy_dir, workload_prepared(plan))
+
+
+def _said(text: str | bytes | None) -> str:
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return (text or "").strip()[-OUTPUT_SAID:] or "(no output)"
+
+
+def prepare_workload(plan: Plan, timeout_s: float, workdir: Path | None = None) -> Prepared:
+    """Run the first workload's ``prepare`` commands in order in its ``{prepared}`` folder;
+    the first that fails raises PrepareFailed naming ``workloads.0.prepare.N``."""
+    folder = workload_prepared(plan)
+    folder.mkdir(parents=True, exist_ok=True)
+    workdir = workdir or Path.cwd()
+    env = workload_env()
+    env.update({k: v.replace(PREPARED, str(folder)) for k, v in plan.workload.env.items()})
+    # `python -m examples.…` finds the workdir's packages from the prepared folder too.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), env.get("PYTHONPATH", "")) if p)
+    t0 = time.monotonic()
+    for i, argv in enumerate(plan.workload.prepare):
+        words = resolve_workload_argv(copy_argv(argv, folder, folder))
+        where = f"workloads.0.prepare.{i}"
+        try:
+            done = subprocess.run(
+                words,
+                cwd=folder,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=timeout_s,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise PrepareFailed(f"{where}: {words[0]!r} is not found") from None
+        except subprocess.TimeoutExpired:
+            raise PrepareFailed(f"{where}: did not finish within {timeout_s:.0f} s") from None
+        if done.returncode != 0:
+            said = _said(done.stderr or done.stdout)
+            raise PrepareFailed(f"{where}: exited {done.returncode}: {said}")
+    return Prepared(folder, time.monotonic() - t0, len(plan.workload.prepare))
