@@ -13,6 +13,7 @@ import pyarrow as pa
 from tasks.data.arms import ARMS
 from tasks.data.dataset_spec import F64, I64, TS, Column, DatasetSpec, S
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
+from tasks.data.page_cache import PAGE_CACHE_DROPS, PAGE_CACHE_STATES
 from tasks.data.plan import SAMPLE_UNITS, SNAPSHOT_KINDS
 from tasks.data.slurm_states import SLURM_STATES
 
@@ -209,7 +210,13 @@ TRIALS = DatasetSpec(
         # cold start: launch (native) or restore start (managed) to ready
         Column("ready_s", F64, min=0),
         Column("restore_gbps", F64, min=0, doc="checkpoint bytes / CRIU restore seconds / 1e9"),
-        Column("page_cache", S, allowed=("dropped", "warm"), doc="before the start was timed"),
+        Column(
+            "page_cache",
+            S,
+            allowed=PAGE_CACHE_STATES,
+            doc="before the start was timed: dropped, warm (the plan asked), not_allowed",
+        ),
+        Column("page_cache_drop", S, allowed=PAGE_CACHE_DROPS, doc="global, or the files read"),
         Column("restore_fork_s", F64, min=0, doc="CRIU's forking time within restore_s"),
         Column("restore_warmup_s", F64, min=0, doc="cold start: restored to ready"),
         # checkpoint: one CRIU dump

@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from tasks.data.errors import PlanError
+from tasks.data.page_cache import JUDGED_CONDITION, PageCacheCondition
 from tasks.data.plan_cluster import check_slurm_nodes
 from tasks.data.plan_dates import ANCHOR, PlanDate, PlanDates, anchor_for, dates_of
 
@@ -320,6 +321,31 @@ class DecisionRule(_Strict):
         return value
 
 
+class ColdStart(_Strict):
+    """The cold-start stage: the page-cache conditions it times, each with its own rows (a
+    warm native start flatters the native side, a warm image the restore), and the pairs
+    per condition. The plan's cold_start_speedup is judged on `dropped`, so it is always
+    one of them."""
+
+    page_cache: list[PageCacheCondition] = Field(
+        default_factory=lambda: [JUDGED_CONDITION], min_length=1, max_length=2
+    )
+    repeats: int | None = Field(
+        default=None, ge=3, le=MAX_RUNS, description="pairs per condition (default: repeats)"
+    )
+
+    @field_validator("page_cache")
+    @classmethod
+    def _judged_one_first(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("names a condition twice")
+        if JUDGED_CONDITION not in value:
+            raise ValueError(
+                f"must include {JUDGED_CONDITION!r}: the cold_start_speedup verdict is judged on it"
+            )
+        return value
+
+
 class Plan(_Strict):
     poc: SafeName
     # `workloads:` lists every workload; `workload:` alone is its one-item form. Either way
@@ -329,6 +355,7 @@ class Plan(_Strict):
     workload: Workload = Field(default=None, validate_default=False)  # type: ignore[assignment]
     workloads: list[Workload] = Field(default_factory=list, max_length=MAX_WORKLOADS)
     compatibility: Compatibility = Field(default_factory=Compatibility)
+    cold_start: ColdStart = Field(default_factory=ColdStart)
     baseline: Baseline
     success: Success
     exit: Exit

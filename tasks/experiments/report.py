@@ -516,6 +516,14 @@ def cold_start_lines(result: ColdStartResult) -> list[str]:
             + (f"; {fit['note']}" if fit.get("note") else "")
         )
     lines.append(f"page cache before each timed start: {', '.join(result.page_cache)}")
+    warm = result.speedup_warm
+    if warm:
+        lines.append(
+            f"page cache warm (not judged): native {fixed(warm['native']['median'])} s, "
+            f"restore {fixed(warm['restore']['median'])} s, speed-up "
+            f"{fixed(warm['speedup'], 2)}× (95% CI {fixed(warm['ci_low'], 2)} … "
+            f"{fixed(warm['ci_high'], 2)})"
+        )
     return lines
 
 

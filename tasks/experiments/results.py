@@ -150,6 +150,7 @@ class RecoveryResult(JsonForm):
             summary=tuple(RecoveryArm.from_json(s) for s in d.get("summary", ())),
             trials_files=tuple(d.get("trials_files", ())),
             run_dir=str(d.get("run_dir", "")),
+            speedup_warm=d.get("speedup_warm"),
         )
 
 
@@ -220,6 +221,8 @@ class ColdStartResult(JsonForm):
     plot: str
     trials_files: tuple[str, ...] = ()
     run_dir: str = ""
+    # The warm condition's speed-up, when the plan asks for it (never judged).
+    speedup_warm: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ColdStartResult:

@@ -16,6 +16,7 @@ from typing import Any
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.engine.clock import Event, EventRecorder, span_s
+from tasks.engine.page_cache import CacheState
 from tasks.engine.probes import LogProgressProbe, wait_ready
 from tasks.experiments.checkpoints import restore_fork_s
 from tasks.experiments.clocks import clock_of
@@ -59,6 +60,16 @@ def fill_progress_span(row: dict[str, Any], probe: LogProgressProbe) -> None:
     run_s = (last.t_mono_ns - first.t_mono_ns) / 1e9
     steps = last.step - first.step
     row.update(status="ok", run_s=run_s, steps=steps, steps_per_s=steps / run_s if run_s else None)
+
+
+def cold_start_trial(page_cache: str, repeat: int) -> str:
+    """A cold-start pair's trial id: `cold-N` with the cache dropped, `cold-warm-N` warm."""
+    return f"cold-{repeat}" if page_cache == "dropped" else f"cold-{page_cache}-{repeat}"
+
+
+def cache_columns(cache: CacheState) -> dict[str, Any]:
+    """A row's page-cache columns: its state before the start and how it was dropped."""
+    return {"page_cache": cache.state, "page_cache_drop": cache.drop}
 
 
 def cold_start_row(

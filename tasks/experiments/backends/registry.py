@@ -32,7 +32,7 @@ class StageRunners:
     preflight: Callable[..., None]  # (plan, ctx, cluster)
     # (plan, ctx, cluster, recorder, variant, pair, arm, timeout_s) -> the run's row
     overhead: Callable[..., dict[str, Any]]
-    # (plan, ctx, cluster, recorder, repeat, timeout_s, drop_caches) -> its two rows
+    # (plan, ctx, cluster, recorder, repeat, timeout_s, page_cache) -> its two rows
     cold_start: Callable[..., list[dict[str, Any]]]
     # (plan, ctx, *, cycles, timeout_s, only) -> every chosen workload's sweep
     sweep: Callable[..., CompatibilityRun]

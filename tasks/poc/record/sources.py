@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.data.page_cache import judged
 from tasks.data.runs import committed_runs
 from tasks.experiments.stats import bootstrap_ci
 from tasks.window.weekly.model import ok_trials
@@ -70,7 +71,7 @@ def cold_start_rows(
     plan judges their ratio, the speed-up)."""
     rows = []
     for arm, measure in COLD_START_CLOCKS.items():
-        ready = ok_trials(trials, "cold_start", arm)["ready_s"].dropna().to_numpy(float)
+        ready = judged(ok_trials(trials, "cold_start", arm))["ready_s"].dropna().to_numpy(float)
         ready = ready[ready > 0]
         lo, hi = bootstrap_ci(ready, np.median, n_resamples=n_resamples) if len(ready) else (0, 0)
         rows.append(

@@ -8,6 +8,7 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.data.page_cache import judged
 from tasks.experiments.stats import compare_paired, compare_speedup
 from tasks.window.weekly.model import WeekRows, ok_trials, runs_of, summarize
 from tasks.window.weekly.segments import week_start
@@ -87,7 +88,7 @@ def overhead_row(c: WeekRows) -> None:
 
 
 def cold_start_row(c: WeekRows) -> None:
-    rows = ok_trials(c.trials, "cold_start")
+    rows = judged(ok_trials(c.trials, "cold_start"))  # the page cache dropped, never warm
     rows = rows[rows["ready_s"].notna() & (rows["ready_s"] > 0)]
     native = rows[rows["arm"] == "unmanaged"]["ready_s"].to_numpy(float)
     restore = rows[rows["arm"] == "managed"]["ready_s"].to_numpy(float)

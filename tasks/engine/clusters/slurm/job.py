@@ -14,9 +14,10 @@ spec says:
 
 Before its first event the job reads the node's fingerprint (``fingerprint: true``: the
 rows then carry the node's, not the harness host's) and drops the node's page cache
-(``drop_caches: true``), so neither is in any clock. With ``dump_request: PATH`` (cold
-start's ready copy) the copy is dumped once that file exists, and CRIU ends it;
-``checkpoint_arm`` names the arm its dumps are recorded under, when not the job's own.
+(``page_cache: dropped``; ``cache_files``: what to drop where a global drop is refused), so
+neither is in any clock. With ``dump_request: PATH`` (cold start's ready copy) the copy is
+dumped once that file exists, and CRIU ends it; ``checkpoint_arm`` names the arm its dumps
+are recorded under, when not the job's own.
 
 The job exits with the workload's status, or fails with the exception that ended its
 checkpoint thread. Its events (`job_started` first thing, then `workload_started`, the
@@ -45,7 +46,7 @@ from tasks.engine.clusters.process import WorkloadProcess
 from tasks.engine.clusters.reaper import child_pids
 from tasks.engine.clusters.slurm.notice import NoticeCheckpoint, restarts, resume_spec
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
-from tasks.engine.page_cache import drop_page_cache
+from tasks.engine.page_cache import prepare_cache
 
 
 def _ns_init(launcher: subprocess.Popen, timeout: float = 10) -> int:
@@ -70,8 +71,12 @@ def _read_the_node(spec: dict[str, Any], recorder: EventRecorder) -> None:
         from tasks.data.fingerprint import collect_fingerprint
 
         recorder.record(trial, arm, "node_fingerprint", **collect_fingerprint())
-    if spec.get("drop_caches"):
-        recorder.record(trial, arm, "page_cache", state=drop_page_cache())
+    if spec.get("page_cache"):
+        files = [Path(f) for f in spec.get("cache_files", [])]
+        cache = prepare_cache(spec["page_cache"], files)
+        recorder.record(
+            trial, arm, "page_cache", state=cache.state, drop=cache.drop, files=cache.files
+        )
 
 
 def run(spec: dict[str, Any]) -> int:

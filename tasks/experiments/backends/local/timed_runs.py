@@ -19,15 +19,17 @@ from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder, span_s
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.process import slots_of
-from tasks.engine.page_cache import drop_page_cache
+from tasks.engine.page_cache import prepare_cache
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, log_tail
-from tasks.engine.prepared import workload_argv
+from tasks.engine.prepared import workload_argv, workload_prepared
 from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.timed_runs import (
     RunFailed,
     StartFailed,
+    cache_columns,
     cold_start_row,
+    cold_start_trial,
     fail_starts,
     fill_progress_span,
     overhead_row,
@@ -110,12 +112,13 @@ def cold_start_pair_local(
     rec: EventRecorder,
     repeat: int,
     timeout_s: float,
-    drop_caches: bool,
+    page_cache: str,
 ) -> list[dict[str, Any]]:
-    """One native start and one restore of the same copy; two rows, failed ones kept."""
+    """One native start and one restore of the same copy, the page cache as ``page_cache``
+    asks before each; two rows, failed ones kept."""
     slots = slots_of(cluster)
     slot = plan.cluster.nodes[0]
-    trial = f"cold-{repeat}"
+    trial = cold_start_trial(page_cache, repeat)
     copy_dir = run_folder(ctx) / f"{trial}-copy"
     copy_dir.mkdir(parents=True, exist_ok=True)
     native = cold_start_row(
@@ -125,7 +128,8 @@ def cold_start_pair_local(
     regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else r"^$"
     probes: list[LogProgressProbe] = []
     try:
-        native["page_cache"] = drop_page_cache() if drop_caches else "warm"
+        cache_files = [workload_prepared(plan), copy_dir]  # its weights, data and images
+        native.update(cache_columns(prepare_cache(page_cache, cache_files)))
         launch = rec.record(trial, "unmanaged", "launch", slot=slot)
         argv = workload_argv(plan, copy_dir)
         proc = slots.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
@@ -150,7 +154,7 @@ def cold_start_pair_local(
         probe.stop()
         restore["checkpoint_bytes"] = point.image_bytes
         killed_at = proc.log.stat().st_size
-        restore["page_cache"] = drop_page_cache() if drop_caches else "warm"
+        restore.update(cache_columns(prepare_cache(page_cache, cache_files)))
         restore["restore"] = "failed"  # until the restored copy is ready (restore_attempted)
         # The restored copy writes on into the native copy's log (CRIU restores its file
         # descriptors): only lines past what the native copy wrote count. The probe follows

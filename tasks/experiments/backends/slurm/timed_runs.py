@@ -40,12 +40,13 @@ from tasks.engine.clusters.slurm.cluster import (
 from tasks.engine.clusters.slurm.spec import copy_spec, wait_job_event
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import log_tail
-from tasks.engine.prepared import workload_argv
+from tasks.engine.prepared import workload_argv, workload_prepared
 from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.timed_runs import (
     RunFailed,
     StartFailed,
     cold_start_row,
+    cold_start_trial,
     fail_starts,
     fill_progress_span,
     overhead_row,
@@ -74,9 +75,12 @@ def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]
     return {k: seen[-1].detail[k] for k in FINGERPRINT_COLUMNS if k in seen[-1].detail}
 
 
-def _page_cache(rec: EventRecorder, trial: str, arm: str) -> str:
+def _page_cache(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]:
+    """The page cache the job left before its first event (none seen: not_allowed)."""
     seen = rec.events(trial, arm, "page_cache")
-    return str(seen[-1].detail.get("state", "warm")) if seen else "warm"
+    if not seen:
+        return {"page_cache": "not_allowed", "page_cache_drop": None}
+    return {"page_cache": seen[-1].detail["state"], "page_cache_drop": seen[-1].detail.get("drop")}
 
 
 def _write_atomically(path: Path, text: str) -> None:
@@ -160,12 +164,13 @@ def cold_start_pair_on_slurm(
     rec: EventRecorder,
     repeat: int,
     timeout_s: float,
-    drop_caches: bool,
+    page_cache: str,
 ) -> list[dict[str, Any]]:
-    """One native start and one restore of the same copy, each a job on the plan's node;
-    two rows, failed ones kept. A job that never starts raises JobNeverStarted."""
+    """One native start and one restore of the same copy, each a job on the plan's node,
+    the page cache as ``page_cache`` asks before each; two rows, failed ones kept. A job
+    that never starts raises JobNeverStarted."""
     node = plan.cluster.nodes[0]
-    trial = f"cold-{repeat}"
+    trial = cold_start_trial(page_cache, repeat)
     copy_dir = run_folder(ctx) / f"{trial}-copy"
     copy_dir.mkdir(parents=True, exist_ok=True)
     log, events = copy_dir / "workload.log", copy_dir / "job-events.jsonl"
@@ -174,7 +179,12 @@ def cold_start_pair_on_slurm(
     native = cold_start_row(plan, trial, "unmanaged", repeat, node, includes["unmanaged"])
     restore: dict[str, Any] | None = None
     regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else r"^$"
-    common = {"keep": 1, "interval_s": NO_PERIODIC_S, "drop_caches": drop_caches}
+    common = {
+        "keep": 1,
+        "interval_s": NO_PERIODIC_S,
+        "page_cache": page_cache,
+        "cache_files": [str(workload_prepared(plan)), str(copy_dir)],
+    }
     gpus = plan.workload.gpus
     probes: list[LogProgressProbe] = []
     try:
@@ -210,7 +220,7 @@ def cold_start_pair_on_slurm(
         native.update(
             status="ok",
             ready_s=span_s(launch, ready),
-            page_cache=_page_cache(rec, trial, "unmanaged"),
+            **_page_cache(rec, trial, "unmanaged"),
             **node_fingerprint(rec, trial, "unmanaged"),
         )
 
@@ -263,7 +273,7 @@ def cold_start_pair_on_slurm(
             )  # fmt: skip
         restore.update(
             restored_numbers(point.image_bytes, restore_start, restored, ready),
-            page_cache=_page_cache(rec, trial, "managed"),
+            **_page_cache(rec, trial, "managed"),
             **node_fingerprint(rec, trial, "managed"),
         )
     except JobNeverStarted:
