@@ -155,3 +155,40 @@ def test_recovery_stops_after_its_first_trials_fail_alike(
         write_and_gate(run, plan, ctx)
     written = read_dataset(TRIALS, data_dir=Path(plan.data_dir), poc=plan.poc, run_id=ctx.run_id)
     assert len(written[written["measure"] == "recovery"]) == 2
+
+
+def test_the_comparisons_prepare_once_into_prepared_and_a_failure_names_its_item(
+    tmp_path: Path,
+) -> None:
+    from tasks.engine.prepared import (
+        PrepareFailed,
+        prepare_workload,
+        workload_argv,
+        workload_prepared,
+    )
+
+    demo = load_plan(DEMO)
+    weights = ["python", "-m", "examples.weights", "{prepared}/w.safetensors", "--mb", "2"]
+    workload = demo.workload.model_copy(update={"prepare": [weights]})
+    plan = demo.model_copy(update={"data_dir": str(tmp_path / "data"), "workload": workload})
+
+    first = prepare_workload(plan, 60, REPO)
+    folder = workload_prepared(plan)
+    assert first.folder == folder == (tmp_path / "data" / plan.poc / "prepared" / workload.name)
+    written = (folder / "w.safetensors").stat()
+    assert written.st_size > 2 << 20
+    prepare_workload(plan, 60, REPO)  # up to date: kept, not written again
+    assert (folder / "w.safetensors").stat().st_mtime_ns == written.st_mtime_ns
+    argv = workload_argv(plan.model_copy(update={"workload": workload.model_copy(
+        update={"command": ["python", "x.py", "{prepared}/w.safetensors", "{copy_dir}/c"]})}),
+        tmp_path / "copy")  # fmt: skip
+    assert argv == ["python", "x.py", f"{folder}/w.safetensors", f"{tmp_path}/copy/c"]
+
+    failing = ["python", "-c", "import sys; sys.exit('no space left for the weights')"]
+    broken = demo.model_copy(update={
+        "data_dir": str(tmp_path / "data"),
+        "workload": workload.model_copy(update={"prepare": [weights, failing]}),
+    })  # fmt: skip
+    with pytest.raises(PrepareFailed) as caught:
+        prepare_workload(broken, 60, REPO)
+    assert str(caught.value) == ("workloads.0.prepare.1: exited 1: no space left for the weights")
