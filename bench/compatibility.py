@@ -269,7 +269,8 @@ def checkpoint_path(copy: Copy) -> Path | None:
 
 
 def new_copy(bench: Bench, w: Workload, index: int, name: str) -> Copy:
-    copy = make_copy(w, f"workloads.{index}", name, bench.run_dir, bench.cluster.workdir)
+    prepared = bench.run_dir / "prepared" / w.name  # {prepared}: shared by the run's copies
+    copy = make_copy(w, f"workloads.{index}", name, bench.run_dir, bench.cluster.workdir, prepared)
     run_prepare(copy, bench.timeout_s)
     return copy
 

@@ -136,9 +136,11 @@ def test_recovery_stops_after_its_first_trials_fail_alike(
     tmp_path: Path, criu_binary: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CKPT_POC_CRIU", criu_binary)
-    # The workload ends at step 60, before the default fault step (130): every trial would
-    # fail the same way, each waiting for its timeout before this issue.
+    # The workload ends at step 60, before the default fault step (2.6 of the application's
+    # checkpoint periods): every trial would fail the same way, each waiting for its timeout.
     plan = load_plan(DEMO)
+    assert plan.workload.app_checkpoint is not None
+    fault_step = int(plan.workload.app_checkpoint.every_steps * 2.6)
     command = [a if a != "400" else "60" for a in plan.workload.command or []]
     plan = _plan_with_command(tmp_path, command)
     # Recorded, then refused: the rows are on disk, and the run ends with the reason.
@@ -149,7 +151,7 @@ def test_recovery_stops_after_its_first_trials_fail_alike(
         t0 = time.monotonic()
         run = run_recovery(plan, ctx, timeout_s=120)
         assert time.monotonic() - t0 < 60
-        assert run.stopped and "before reaching step 130" in run.stopped, run.stopped
+        assert run.stopped and f"before reaching step {fault_step}" in run.stopped, run.stopped
         assert len(run.trials) == 2 and set(run.trials["status"]) == {"failed"}
         assert all("step=60" in f["log_tail"] for f in run.failures), run.failures
         write_and_gate(run, plan, ctx)

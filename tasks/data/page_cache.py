@@ -19,4 +19,5 @@ JUDGED_CONDITION = "dropped"
 def judged(rows):
     """The cold-start rows a verdict is judged on: those timed with the cache dropped (or
     asked to be, where the host did not allow it), never the warm condition's."""
-    return rows[rows["page_cache"] != "warm"]
+    warm = rows["page_cache"].eq("warm").fillna(False).astype(bool)  # a null: not warm
+    return rows[~warm]

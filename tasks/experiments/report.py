@@ -493,19 +493,20 @@ def checkpoint_lines(checkpoints: dict[str, Any]) -> list[str]:
 
 
 def cold_start_lines(result: ColdStartResult) -> list[str]:
-    s = result.speedup
     lines = []
-    if s is None:
-        lines.append("no native and restored start to compare")
-    else:
+    # The judged condition (page cache dropped), then the warm one when the plan asks for it.
+    for cond, s in (("", result.speedup), ("page cache warm, not judged: ", result.speedup_warm)):
+        if s is None:
+            lines.extend([] if cond else ["no native and restored start to compare"])
+            continue
         for label, arm in (("native launch → ready", "native"), ("restore → ready", "restore")):
             a = s[arm]
             lines.append(
-                f"{label}: n={a['n']}, median {fixed(a['median'])} s "
+                f"{cond}{label}: n={a['n']}, median {fixed(a['median'])} s "
                 f"(min {fixed(a['min'])}, max {fixed(a['max'])})"
             )
         lines.append(
-            f"speed-up (native/restore, {s['statistic']}): {fixed(s['speedup'], 2)}× "
+            f"{cond}speed-up (native/restore, {s['statistic']}): {fixed(s['speedup'], 2)}× "
             f"(95% CI {fixed(s['ci_low'], 2)} … {fixed(s['ci_high'], 2)}); verdict vs "
             f"{result.threshold}×: {s['verdict']} ({s['verdict_reason']})"
         )
@@ -516,14 +517,6 @@ def cold_start_lines(result: ColdStartResult) -> list[str]:
             + (f"; {fit['note']}" if fit.get("note") else "")
         )
     lines.append(f"page cache before each timed start: {', '.join(result.page_cache)}")
-    warm = result.speedup_warm
-    if warm:
-        lines.append(
-            f"page cache warm (not judged): native {fixed(warm['native']['median'])} s, "
-            f"restore {fixed(warm['restore']['median'])} s, speed-up "
-            f"{fixed(warm['speedup'], 2)}× (95% CI {fixed(warm['ci_low'], 2)} … "
-            f"{fixed(warm['ci_high'], 2)})"
-        )
     return lines
 
 

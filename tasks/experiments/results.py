@@ -150,7 +150,6 @@ class RecoveryResult(JsonForm):
             summary=tuple(RecoveryArm.from_json(s) for s in d.get("summary", ())),
             trials_files=tuple(d.get("trials_files", ())),
             run_dir=str(d.get("run_dir", "")),
-            speedup_warm=d.get("speedup_warm"),
         )
 
 
@@ -241,4 +240,5 @@ class ColdStartResult(JsonForm):
             plot=str(d.get("plot", "")),
             trials_files=tuple(d.get("trials_files", ())),
             run_dir=str(d.get("run_dir", "")),
+            speedup_warm=d.get("speedup_warm"),
         )
