@@ -30,6 +30,7 @@ from tasks.data.store import read_dataset
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.slurm.cluster import SlurmCluster
 from tasks.engine.faults import inject_fault
+from tasks.engine.prepared import prepare_workload
 from tasks.experiments.recovery import make_cluster, run_recovery, write_and_gate
 from tasks.experiments.recovery_trial import TrialSetup, run_trial
 from tests import slurm_cluster
@@ -66,6 +67,7 @@ def one_managed_trial(tmp_path: Path, fault: Fault, arm: str = "managed") -> pd.
     """One trial of one arm, the managed one unless told (run_recovery runs both arms)."""
     plan = notice_plan(tmp_path, [fault])
     ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
+    prepare_workload(plan, 60)  # as run_recovery's preflight does: the weights it reads
     setup = TrialSetup(plan, ctx, make_cluster(plan, ctx), EventRecorder(ctx), 60, 60)
     try:
         return pd.Series(run_trial(setup, fault, arm, 0))

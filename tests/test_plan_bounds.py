@@ -31,7 +31,7 @@ def _problems(path: Path) -> list[str]:
 
 def test_infinite_checkpoint_interval_is_refused_at_its_line(tmp_path: Path) -> None:
     text = (REPO / "plans" / "demo.yaml").read_text()
-    text = text.replace("interval_s: 1.0\n", "interval_s: .inf\n")
+    text = text.replace("interval_s: 0.5\n", "interval_s: .inf\n")
     path = tmp_path / "plan.yaml"
     path.write_text(text)
     line = next(i for i, t in enumerate(text.splitlines(), 1) if "interval_s: .inf" in t)

@@ -27,6 +27,7 @@ from tasks.data.runctx import make_run_context, open_run
 from tasks.data.store import read_dataset
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.slurm.cluster import SlurmCluster, SlurmJob
+from tasks.engine.prepared import prepare_workload
 from tasks.experiments.checkpoints import checkpoint_rows
 from tasks.experiments.recovery import RecoveryRun, make_cluster, run_recovery, write_and_gate
 from tasks.experiments.recovery_trial import TrialSetup, run_trial
@@ -128,6 +129,7 @@ def _time_limit_trial(plan: Plan, arm: str, folder: Path) -> tuple[dict, list[Ev
     its row and its events."""
     plan = plan.model_copy(update={"data_dir": str(folder / "data")})
     ctx = make_run_context(plan, REPO / "plans" / "demo.yaml")
+    prepare_workload(plan, 60)  # as run_recovery's preflight does: the weights it reads
     setup = TrialSetup(plan, ctx, make_cluster(plan, ctx), EventRecorder(ctx), 50, 60)
     try:
         row = run_trial(setup, plan.faults[0], arm, 0)

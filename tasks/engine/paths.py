@@ -20,10 +20,15 @@ def run_folder(ctx: RunContext) -> Path:
     return ctx.data_dir / ctx.poc / "runs" / ctx.run_id
 
 
+def prepared_root(data_dir: str | Path, poc: str) -> Path:
+    """The PoC's prepared folders' parent, under the plan's data_dir."""
+    return Path(data_dir).resolve() / poc / "prepared"
+
+
 def prepared_folder(data_dir: str | Path, poc: str, workload: str) -> Path:
     """``{prepared}``: what a workload's ``prepare`` writes once for all its copies (weights,
     a data set), one folder per workload and PoC under the plan's data_dir."""
-    return Path(data_dir).resolve() / poc / "prepared" / workload
+    return prepared_root(data_dir, poc) / workload
 
 
 def copy_argv(argv: list[str], copy_dir: Path, prepared: Path | None = None) -> list[str]:

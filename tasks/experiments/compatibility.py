@@ -39,7 +39,7 @@ from tasks.engine.checkpointers.criu import CriuCheckpointer, clean_dead_roots
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.process import MachineSlots, WorkloadProcess
 from tasks.engine.clusters.registry import BUILT_KINDS, process_slots
-from tasks.engine.paths import prepared_folder, run_folder
+from tasks.engine.paths import prepared_root, run_folder
 from tasks.engine.preflight import log_tail
 from tasks.engine.probes import (
     LogProgressProbe,
@@ -553,7 +553,7 @@ def run_compatibility(
         plan.cluster.nodes[0],
         n,
         timeout_s or plan.compatibility.timeout_s,
-        prepared_folder(plan.data_dir, plan.poc, "-").parent,
+        prepared_root(plan.data_dir, plan.poc),
     )
     sweeps: list[WorkloadSweep] = []
     try:

@@ -28,7 +28,7 @@ from tasks.engine.checkpointers.criu import clean_dead_roots, find_criu
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.registry import cluster_for, process_slots
 from tasks.engine.clusters.slurm.cluster import ACTIVE_STATES, SlurmCluster
-from tasks.engine.paths import run_folder
+from tasks.engine.paths import prepared_root, run_folder
 from tasks.engine.preflight import log_tail
 from tasks.experiments.compatibility import (
     CompatibilityRun,
@@ -104,6 +104,8 @@ def _sweep_job(
         "timeout_s": timeout_s,
         "run_dir": str(cluster.run_dir),
         "workdir": str(cluster.workdir),
+        # {prepared}: the PoC's folder, on the storage the node shares (data_dir).
+        "prepared_root": str(prepared_root(plan.data_dir, plan.poc)),
         "events": str(events),
         "result": str(result),
     }
@@ -150,7 +152,15 @@ def run_in_job(spec: dict[str, Any]) -> int:
     cluster = process_slots([node], run_dir, Path(spec["workdir"]), workload=w.name)
     recorder = EventRecorder(None, jsonl=Path(spec["events"]))
     find_criu()  # none on the node: the job fails, and its log says so
-    sweep = Sweep(cluster, recorder, run_dir, node, int(spec["cycles"]), float(spec["timeout_s"]))
+    sweep = Sweep(
+        cluster,
+        recorder,
+        run_dir,
+        node,
+        int(spec["cycles"]),
+        float(spec["timeout_s"]),
+        Path(spec["prepared_root"]),
+    )
     try:
         out = sweep_workload(sweep, w, int(spec["index"]))
     finally:
