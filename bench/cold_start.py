@@ -104,17 +104,22 @@ def image_files(run_dir: Path, trial: str) -> list[Path]:
 def raw_read_s(files: list[Path], page_cache: str) -> tuple[float, int]:
     """Seconds to read ``files`` end to end, the cache as the restore found it."""
     if page_cache == "warm":
-        for f in files:
-            f.read_bytes()
+        read_all(files)  # untimed: into the cache
     else:
         drop_page_cache(files)
-    total = 0
     t0 = time.perf_counter()
+    total = read_all(files)
+    return time.perf_counter() - t0, total
+
+
+def read_all(files: list[Path]) -> int:
+    """Every byte of ``files``, 16 MiB at a time into one buffer (no copy kept)."""
+    total, buf = 0, bytearray(READ_CHUNK)
     for f in files:
         with open(f, "rb", buffering=0) as fh:
-            while chunk := fh.read(READ_CHUNK):
-                total += len(chunk)
-    return time.perf_counter() - t0, total
+            while n := fh.readinto(buf):
+                total += n
+    return total
 
 
 def one_size(folder: Path, size_mb: int, repeats: int) -> list[dict[str, Any]]:

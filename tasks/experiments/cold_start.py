@@ -25,10 +25,12 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.page_cache import judged
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
+from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.registry import cluster_for
@@ -36,7 +38,6 @@ from tasks.engine.paths import run_folder
 from tasks.experiments.backends.registry import STAGE_RUNNERS
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
 from tasks.experiments.clocks import same_clock_check
-from tasks.experiments.overhead import ensure_overhead_supports
 from tasks.experiments.results import ColdStartResult, Failure, Restore
 from tasks.experiments.stats import compare_speedup, fit_throughput
 from tasks.experiments.trials import (
@@ -57,6 +58,18 @@ class ColdStartRun:
     failures: list[dict[str, Any]]  # failed starts with the tail of the workload's log
 
 
+def ensure_cold_start_supports(plan: Plan) -> None:
+    """A command to launch, and a ready signal to end both clocks: the ready probe (a
+    server), else the first progress line (a training job)."""
+    ensure_runs_on(plan, "cold start runs on", STAGE_RUNNERS)
+    w = plan.workload
+    if w.command is None:
+        raise CkptPocError("cold start needs workload.command (an argv list) for its copies")
+    has_progress = w.progress_probe is not None and w.progress_probe.log_regex is not None
+    if w.ready_probe is None and not has_progress:
+        raise CkptPocError("cold start needs workload.ready_probe or progress_probe.log_regex")
+
+
 def run_cold_start(
     plan: Plan,
     ctx: RunContext,
@@ -64,7 +77,7 @@ def run_cold_start(
     repeats: int | None = None,
     timeout_s: float = 120,
 ) -> ColdStartRun:
-    ensure_overhead_supports(plan)
+    ensure_cold_start_supports(plan)
     runs = STAGE_RUNNERS[plan.cluster.kind]
     cluster = cluster_for(plan, run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)

@@ -62,6 +62,17 @@ def fill_progress_span(row: dict[str, Any], probe: LogProgressProbe) -> None:
     row.update(status="ok", run_s=run_s, steps=steps, steps_per_s=steps / run_s if run_s else None)
 
 
+# A server's log has no progress lines: a one-group pattern that never matches (`(?!)`
+# fails at once), so its probe follows the log and records nothing.
+NO_PROGRESS = r"(?!)(\d+)"
+
+
+def progress_regex(plan: Plan) -> str:
+    """The workload's progress regex, or NO_PROGRESS for a server timed by its ready probe."""
+    probe = plan.workload.progress_probe
+    return probe.log_regex if probe is not None and probe.log_regex else NO_PROGRESS
+
+
 def cold_start_trial(page_cache: str, repeat: int) -> str:
     """A cold-start pair's trial id: `cold-N` with the cache dropped, `cold-warm-N` warm."""
     return f"cold-{repeat}" if page_cache == "dropped" else f"cold-{page_cache}-{repeat}"

@@ -33,6 +33,7 @@ from tasks.experiments.timed_runs import (
     fail_starts,
     fill_progress_span,
     overhead_row,
+    progress_regex,
     restored_numbers,
     wait_for_ready,
 )
@@ -125,7 +126,7 @@ def cold_start_pair_local(
         plan, trial, "unmanaged", repeat, slot, COLD_START_INCLUDES["unmanaged"]
     )
     restore: dict[str, Any] | None = None
-    regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else r"^$"
+    regex = progress_regex(plan)
     probes: list[LogProgressProbe] = []
     try:
         cache_files = [workload_prepared(plan), copy_dir]  # its weights, data and images

@@ -50,6 +50,7 @@ from tasks.experiments.timed_runs import (
     fail_starts,
     fill_progress_span,
     overhead_row,
+    progress_regex,
     restored_numbers,
     wait_for_ready,
 )
@@ -178,7 +179,7 @@ def cold_start_pair_on_slurm(
     includes = COLD_START_INCLUDES
     native = cold_start_row(plan, trial, "unmanaged", repeat, node, includes["unmanaged"])
     restore: dict[str, Any] | None = None
-    regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else r"^$"
+    regex = progress_regex(plan)
     common = {
         "keep": 1,
         "interval_s": NO_PERIODIC_S,
