@@ -4,6 +4,7 @@ warm when the plan asks, not_allowed when no drop can be made; and the plan's co
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -101,3 +102,20 @@ def test_a_plan_without_cold_start_times_the_dropped_cache(write_plan) -> None:
     both = load_plan(write_plan({"cold_start": {"page_cache": ["dropped", "warm"]}}),
                      check_cluster=False)  # fmt: skip
     assert both.cold_start.page_cache == ["dropped", "warm"]
+
+
+def test_cold_start_needs_a_ready_probe_or_a_progress_line(write_plan) -> None:
+    from tasks.data.errors import CkptPocError
+    from tasks.experiments.cold_start import ensure_cold_start_supports
+    from tasks.experiments.timed_runs import NO_PROGRESS, progress_regex
+
+    plan = load_plan(write_plan(), check_cluster=False)
+    ensure_cold_start_supports(plan)  # a training job: its first progress line
+    serve = plan.workloads[1]  # the server: its ready probe alone
+    server = plan.model_copy(update={"workload": serve})
+    ensure_cold_start_supports(server)
+    assert progress_regex(server) == NO_PROGRESS
+    assert not re.compile(NO_PROGRESS, re.M).findall("ready\n\n12\nstep=3 loss=1\n")
+    neither = plan.model_copy(update={"workload": serve.model_copy(update={"ready_probe": None})})
+    with pytest.raises(CkptPocError, match=r"ready_probe or progress_probe\.log_regex"):
+        ensure_cold_start_supports(neither)
