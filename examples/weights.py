@@ -1,7 +1,7 @@
 """The examples' weights file: a safetensors file that a workload's ``prepare:`` step writes
 once and every start reads back, as a production job reads its model from storage.
 
-    python -m examples.weights PATH --mb 256 [--hidden 64] [--seed 0] [--train-steps 0]
+    python -m examples.weights PATH [--mb 256] [--hidden 64] [--seed 0] [--train-steps 0]
 
 It holds an embedding table ``embed`` (rows × hidden, float32) of about ``--mb`` MiB, looked
 up by a hash of each input's pixels (feature hashing, as a recommender's tables are), and,
@@ -137,7 +137,7 @@ def write(path: Path, mb: float, hidden: int, seed: int, train_steps: int) -> st
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m examples.weights", description=__doc__)
     ap.add_argument("path", type=Path)
-    ap.add_argument("--mb", type=float, required=True, help="the table's size in MiB")
+    ap.add_argument("--mb", type=float, default=256, help="the table's size in MiB (256)")
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--train-steps", type=int, default=0, help="also train the MLP K steps")
