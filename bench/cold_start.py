@@ -27,7 +27,6 @@ import argparse
 import datetime as dt
 import os
 import shutil
-import socket
 import statistics
 import sys
 import time
@@ -44,15 +43,10 @@ from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.page_cache import drop_page_cache
 from tasks.experiments.cold_start import run_cold_start
+from tasks.experiments.compatibility_copy import free_port
 
 MIB = 1 << 20
 READ_CHUNK = 16 * MIB
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def bench_plan(folder: Path, size_mb: int, repeats: int) -> Path:

@@ -3,7 +3,10 @@ and what a row may say (tasks/engine/page_cache.py does it; the trials schema ch
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # Asked for by cold_start.page_cache: the cache dropped before each timed start, or left warm.
 PageCacheCondition = Literal["dropped", "warm"]
@@ -16,7 +19,7 @@ PAGE_CACHE_DROPS: tuple[str, ...] = ("global", "files")
 JUDGED_CONDITION = "dropped"
 
 
-def judged(rows):
+def judged(rows: pd.DataFrame) -> pd.DataFrame:
     """The cold-start rows a verdict is judged on: those timed with the cache dropped (or
     asked to be, where the host did not allow it), never the warm condition's."""
     warm = rows["page_cache"].eq("warm").fillna(False).astype(bool)  # a null: not warm

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +31,11 @@ OUTPUT_SAID = 400  # characters of a failed command's output in a message
 
 
 class PrepareFailed(CkptPocError):
-    """A ``prepare`` command of the comparisons' workload failed (names the plan item)."""
+    """A ``prepare`` command failed; ``field`` names its plan item (``workloads.N.prepare.I``)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field, self.message = field, message
+        super().__init__(f"{field}: {message}")
 
 
 @dataclass(frozen=True)
@@ -50,41 +55,66 @@ def workload_argv(plan: Plan, copy_dir: Path) -> list[str]:
     return copy_argv(plan.workload.command or [], copy_dir, workload_prepared(plan))
 
 
-def _said(text: str | bytes | None) -> str:
+def output_said(text: str | bytes | None) -> str:
+    """A failed command's output for a message: its last OUTPUT_SAID characters."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
     return (text or "").strip()[-OUTPUT_SAID:] or "(no output)"
 
 
-def prepare_workload(plan: Plan, timeout_s: float, workdir: Path | None = None) -> Prepared:
-    """Run the first workload's ``prepare`` commands in order in its ``{prepared}`` folder;
-    the first that fails raises PrepareFailed naming ``workloads.0.prepare.N``."""
-    folder = workload_prepared(plan)
-    folder.mkdir(parents=True, exist_ok=True)
-    workdir = workdir or Path.cwd()
-    env = workload_env()
-    env.update({k: v.replace(PREPARED, str(folder)) for k, v in plan.workload.env.items()})
-    # `python -m examples.…` finds the workdir's packages from the prepared folder too.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), env.get("PYTHONPATH", "")) if p)
-    t0 = time.monotonic()
-    for i, argv in enumerate(plan.workload.prepare):
-        words = resolve_workload_argv(copy_argv(argv, folder, folder))
-        where = f"workloads.0.prepare.{i}"
+def run_prepare_commands(
+    commands: list[list[str]],
+    fill: Callable[[str], str],
+    *,
+    cwd: Path,
+    workdir: Path,
+    env: dict[str, str],
+    field: str,
+    timeout_s: float,
+) -> None:
+    """Run ``commands`` (their words ``fill``ed) in order in ``cwd``, with the workload's
+    ``env`` over ours; the first that fails raises PrepareFailed naming ``field.I``.
+    ``python -m examples.…`` finds the workdir's packages from ``cwd`` too (on PYTHONPATH),
+    as it does for the command, which runs from the workdir."""
+    full = {**workload_env(), **env}
+    full["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir), full.get("PYTHONPATH", "")) if p)
+    for i, argv in enumerate(commands):
+        words = resolve_workload_argv([fill(w) for w in argv])
+        where = f"{field}.{i}"
         try:
             done = subprocess.run(
                 words,
-                cwd=folder,
-                env=env,
+                cwd=cwd,
+                env=full,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=timeout_s,
                 check=False,
             )
         except FileNotFoundError:
-            raise PrepareFailed(f"{where}: {words[0]!r} is not found") from None
+            raise PrepareFailed(where, f"{words[0]!r} is not found") from None
         except subprocess.TimeoutExpired:
-            raise PrepareFailed(f"{where}: did not finish within {timeout_s:.0f} s") from None
+            raise PrepareFailed(where, f"did not finish within {timeout_s:.0f} s") from None
         if done.returncode != 0:
-            said = _said(done.stderr or done.stdout)
-            raise PrepareFailed(f"{where}: exited {done.returncode}: {said}")
+            raise PrepareFailed(
+                where, f"exited {done.returncode}: {output_said(done.stderr or done.stdout)}"
+            )
+
+
+def prepare_workload(plan: Plan, timeout_s: float, workdir: Path | None = None) -> Prepared:
+    """Run the first workload's ``prepare`` commands in order in its ``{prepared}`` folder
+    (its ``{copy_dir}`` too); the first that fails raises PrepareFailed naming
+    ``workloads.0.prepare.N``."""
+    folder = workload_prepared(plan)
+    folder.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    run_prepare_commands(
+        plan.workload.prepare,
+        lambda word: copy_argv([word], folder, folder)[0],
+        cwd=folder,
+        workdir=workdir or Path.cwd(),
+        env={k: v.replace(PREPARED, str(folder)) for k, v in plan.workload.env.items()},
+        field="workloads.0.prepare",
+        timeout_s=timeout_s,
+    )
     return Prepared(folder, time.monotonic() - t0, len(plan.workload.prepare))

@@ -86,7 +86,7 @@ def run_cold_start(
     try:
         runs.preflight(plan, ctx, cluster)
         n = repeats or plan.cold_start.repeats or plan.repeats
-        for page_cache in plan.cold_start.page_cache:  # dropped first: the judged one
+        for page_cache in plan.cold_start.page_cache:  # each condition its own pairs
             for repeat in range(n):
                 rows += runs.cold_start(plan, ctx, cluster, rec, repeat, timeout_s, page_cache)
     finally:

@@ -9,7 +9,6 @@ plan's relative paths resolve: the repo for the shipped examples).
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -18,9 +17,8 @@ from pathlib import Path
 from tasks.data.plan import Workload
 from tasks.data.plan_workload import COPY_DIR, PORT, PREPARED, WORKDIR
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
+from tasks.engine.prepared import PrepareFailed, output_said, run_prepare_commands
 from tasks.experiments.compatibility_fidelity import BadInput, CopyFiles
-
-OUTPUT_SAID = 400  # characters of a failed command's output in a message
 
 
 def free_port() -> int:
@@ -74,40 +72,21 @@ def make_copy(
     return Copy(workload, field, name, copy_dir, workdir, port, prepared)
 
 
-def _said(text: str | bytes | None) -> str:
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    text = (text or "").strip()
-    return text[-OUTPUT_SAID:] or "(no output)"
-
-
 def run_prepare(copy: Copy, timeout_s: float) -> None:
     """The workload's ``prepare`` commands, in order, in the copy's folder; the first that
-    fails is bad input naming its item. ``python -m`` finds the workdir's packages there
-    too (on PYTHONPATH), as it does for the command, which runs from the workdir."""
-    env = {**workload_env(), **copy.env}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(copy.workdir), env.get("PYTHONPATH", "")) if p
-    )
-    for i, argv in enumerate(copy.workload.prepare):
-        words = resolve_workload_argv([copy.fill(w) for w in argv])
-        where = f"{copy.field}.prepare.{i}"
-        try:
-            done = subprocess.run(
-                words,
-                cwd=copy.copy_dir,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout_s,
-                check=False,
-            )
-        except FileNotFoundError:
-            raise BadInput(where, f"{words[0]!r} is not found") from None
-        except subprocess.TimeoutExpired:
-            raise BadInput(where, f"did not finish within {timeout_s:.0f} s") from None
-        if done.returncode != 0:
-            raise BadInput(where, f"exited {done.returncode}: {_said(done.stderr or done.stdout)}")
+    fails is bad input naming its item."""
+    try:
+        run_prepare_commands(
+            copy.workload.prepare,
+            copy.fill,
+            cwd=copy.copy_dir,
+            workdir=copy.workdir,
+            env=copy.env,
+            field=f"{copy.field}.prepare",
+            timeout_s=timeout_s,
+        )
+    except PrepareFailed as exc:
+        raise BadInput(exc.field, exc.message) from None
 
 
 def run_query(copy: Copy, when: str) -> str:
@@ -135,6 +114,6 @@ def run_query(copy: Copy, when: str) -> str:
         return f"timed out after {fidelity.query_timeout_s:g} s"
     if done.returncode != 0 and when == "the reference run":
         raise BadInput(
-            where, f"exited {done.returncode} in {when}: {_said(done.stderr or done.stdout)}"
+            where, f"exited {done.returncode} in {when}: {output_said(done.stderr or done.stdout)}"
         )
     return f"exit {done.returncode}\n{done.stdout.decode('utf-8', 'replace')}"
