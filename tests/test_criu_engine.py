@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tasks.data.errors import BlastRadiusError
-from tasks.data.plan import load_plan
+from tasks.data.plan import ReadyProbe, load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.checkpointers.none import NoCheckpointer
@@ -133,14 +133,15 @@ def test_restored_server_is_ready_and_answers_the_same(engine) -> None:
         "managed",
         [sys.executable, "-m", "examples.serve_digits", "--port", str(port), "--init-steps", "100"],
     )
-    assert wait_ready(f"{base}/ready", recorder, "t2", "managed", timeout=60, alive=proc.alive)
+    ready_url = ReadyProbe(url=f"{base}/ready")
+    assert wait_ready(ready_url, recorder, "t2", "managed", timeout=60, alive=proc.alive).ready
     before = [_get(f"{base}/predict?i={i}") for i in (0, 7, 42)]
     ckpt = CriuCheckpointer(tmp / "ckpt", keep=1, recorder=recorder, trial_id="t2", binary=criu)
     ckpt.dump(proc)
     cluster.kill(proc)
     assert cluster.wait_gone(proc)
     restored = ckpt.restore(cluster, "local-b")
-    assert wait_ready(f"{base}/ready", recorder, "t2", "managed", timeout=30, alive=restored.alive)
+    assert wait_ready(ready_url, recorder, "t2", "managed", timeout=30, alive=restored.alive).ready
     assert [_get(f"{base}/predict?i={i}") for i in (0, 7, 42)] == before
     ready = recorder.events(event="ready")
     restored_ev = recorder.events(event="restored")[0]

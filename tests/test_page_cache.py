@@ -112,10 +112,11 @@ def test_cold_start_needs_a_ready_probe_or_a_progress_line(write_plan) -> None:
     plan = load_plan(write_plan(), check_cluster=False)
     ensure_cold_start_supports(plan)  # a training job: its first progress line
     serve = plan.workloads[1]  # the server: its ready probe alone
-    server = plan.model_copy(update={"workload": serve})
+    server = plan.model_copy(update={"workload": serve, "workloads": [serve]})
     ensure_cold_start_supports(server)
     assert progress_regex(server) == NO_PROGRESS
     assert not re.compile(NO_PROGRESS, re.M).findall("ready\n\n12\nstep=3 loss=1\n")
-    neither = plan.model_copy(update={"workload": serve.model_copy(update={"ready_probe": None})})
+    silent = serve.model_copy(update={"ready_probe": None})
+    neither = plan.model_copy(update={"workload": silent, "workloads": [silent]})
     with pytest.raises(CkptPocError, match=r"ready_probe or progress_probe\.log_regex"):
         ensure_cold_start_supports(neither)

@@ -16,7 +16,7 @@ from typing import IO
 import pytest
 
 import tasks.engine.probes as probes
-from tasks.data.plan import load_plan
+from tasks.data.plan import ReadyProbe, load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.clock import EventRecorder
 from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
@@ -356,7 +356,7 @@ def test_ready_probe_latency(tmp_path: Path) -> None:
     try:
         threading.Timer(0.3, lambda: ready_at.append(time.monotonic_ns())).start()
         url = f"http://127.0.0.1:{server.server_port}/ready"
-        assert wait_ready(url, recorder, "t", "unmanaged", timeout=5)
+        assert wait_ready(ReadyProbe(url=url), recorder, "t", "unmanaged", timeout=5).ready
     finally:
         server.shutdown()
         server.server_close()

@@ -72,3 +72,38 @@ def test_a_job_that_never_starts_ends_the_stage_with_slurms_reason(
         _slurm(["scontrol", "update", "PartitionName=poc", "State=UP"], slurm_env)
     assert slurm_cluster.jobs_in_queue(slurm_env) == []
     assert not (Path(plan.data_dir) / plan.poc / "trials").exists()
+
+
+def test_cold_start_times_a_server_by_a_probe_its_jobs_ask_on_the_node(
+    slurm_env, tmp_path: Path
+) -> None:
+    """Cold start on Redis (not the first workload, on a port the harness picks), ready when
+    `redis-cli ping` exits 0: each native and restore job asks that on the node and records
+    `ready` itself, so both clocks are the node's."""
+    from tasks.data.plan import ReadyProbe
+    from tasks.experiments.cold_start import run_cold_start
+
+    plan = slurm_plan(tmp_path)
+    ping = ReadyProbe(exec=["redis-cli", "-p", "{port}", "ping"])
+    workloads = [
+        w.model_copy(update={"ready_probe": ping}) if w.name == "redis" else w
+        for w in plan.workloads
+    ]
+    plan = plan.model_copy(
+        update={
+            "workloads": workloads,
+            "cold_start": plan.cold_start.model_copy(update={"workload": "redis", "repeats": 3}),
+        }
+    )
+    with open_run(plan, REPO / "plans" / "demo.yaml", "cold_start") as ctx:
+        run = run_cold_start(plan, ctx, timeout_s=60)
+    starts = run.trials[run.trials["measure"] == "cold_start"]
+    assert (starts["status"] == "ok").all(), starts[["arm", "reason", "log_tail"]].to_dict(
+        "records"
+    )
+    assert starts["job_id"].nunique() == len(starts) == 6
+    ready = [e for e in run.events if e.event == "ready"]
+    assert len(ready) == 6
+    assert all(e.detail["probe"].startswith("exec redis-cli -p ") for e in ready)
+    assert all(e.detail["answer"] == "exit 0: PONG" for e in ready)
+    assert slurm_cluster.jobs_in_queue(slurm_env) == []

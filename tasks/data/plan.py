@@ -86,6 +86,7 @@ from tasks.data.plan_workload import (  # noqa: F401
     MAX_STEPS,
     MAX_WORKLOADS,
     SAFE_NAME,
+    WORKDIR,
     AppCheckpoint,
     Compatibility,
     CriuOptions,
@@ -322,11 +323,17 @@ class DecisionRule(_Strict):
 
 
 class ColdStart(_Strict):
-    """The cold-start stage: the page-cache conditions it times, each with its own rows (a
+    """The cold-start stage: the workload it times (the method times a server from launch
+    to ready to serve), the page-cache conditions it times, each with its own rows (a
     warm native start flatters the native side, a warm image the restore), and the pairs
     per condition. The plan's cold_start_speedup is judged on `dropped`, so it is always
     one of them."""
 
+    workload: SafeName | None = Field(
+        default=None,
+        description="which of the plan's workloads is timed (default: the first with a "
+        "ready probe, else the first)",
+    )
     page_cache: list[PageCacheCondition] = Field(
         default_factory=lambda: [JUDGED_CONDITION], min_length=1, max_length=2
     )
@@ -380,6 +387,14 @@ class Plan(_Strict):
         return self._check_warnings
 
     @property
+    def cold_start_workload(self) -> Workload:
+        """The workload cold start times: ``cold_start.workload``, else the first with a
+        ready probe, else the first."""
+        if self.cold_start.workload is not None:
+            return next(w for w in self.workloads if w.name == self.cold_start.workload)
+        return next((w for w in self.workloads if w.ready_probe), self.workload)
+
+    @property
     def dates(self) -> PlanDates:
         """window.start and exit.test_by as written, their anchor day and resolved dates (a
         plan validated without load_plan: its dates as they are, anchored today)."""
@@ -408,12 +423,27 @@ class Plan(_Strict):
             raise ValueError("; ".join(problems))
         return self
 
+    def _cold_start_problems(self) -> list[str]:
+        name = self.cold_start.workload
+        names = [w.name for w in self.workloads]
+        if name is not None and name not in names:
+            listed = ", ".join(names)
+            return [f"cold_start.workload: {name!r} is none of the plan's workloads ({listed})"]
+        timed = self.cold_start_workload
+        if any(WORKDIR in w for w in timed.command or []):
+            return [
+                f"cold_start.workload: {timed.name}'s command uses {WORKDIR}, filled in by the "
+                "compatibility stage only; its copies run from the repo: use a relative path"
+            ]
+        return []
+
     @model_validator(mode="after")
     def _coherent(self) -> Plan:
         problems: list[str] = []
         problems += fault_problems(self.faults, self.cluster.kind)
         problems += control_node_problems(self.exit.control_node, list(self.cluster.nodes))
         problems += self._decided_by_unset()
+        problems += self._cold_start_problems()
         need = self.success.utilization_gain.min_weeks
         if self.window.weeks < need:
             problems.append(
@@ -510,6 +540,20 @@ def check_plan_against_cluster(
     return problems, []
 
 
+def cold_start_warnings(plan: Plan) -> list[str]:
+    """Cold start on a workload without a ready probe is timed to its first progress line:
+    allowed (a training job's start-up is a cold start too), said, as it is not the method's
+    "launch to ready to serve"."""
+    timed = plan.cold_start_workload
+    if timed.ready_probe is not None:
+        return []
+    return [
+        f"cold_start.workload: {timed.name} has no ready_probe, so cold start is timed to its "
+        "first progress line, not to ready to serve as the method defines it; give a serving "
+        "workload a ready_probe (url, tcp, exec or log) to time that"
+    ]
+
+
 def load_plan(
     path: str | Path, *, check_cluster: bool = True, now: dt.datetime | None = None
 ) -> Plan:
@@ -544,6 +588,7 @@ def load_plan(
     )
     problems, warnings = check_uninstall_command(path, root, plan)
     warnings += [f"{path}: {line}" for line in date_warnings]
+    warnings += [f"{path}: {line}" for line in cold_start_warnings(plan)]
     if check_cluster:
         more_problems, more_warnings = check_plan_against_cluster(path, root, plan)
         problems += more_problems

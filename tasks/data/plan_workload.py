@@ -26,14 +26,15 @@ reference run. An example item::
           restore: [--tcp-established]
       - name: redis
         command: [redis-server, --port, "{port}", --save, "", --dir, "{copy_dir}"]
-        ready_probe: {url: "http://127.0.0.1:{port}/"}   # or a progress_probe
+        ready_probe: {tcp: "{port}"}    # or url, exec (argv), log (regex); or a progress_probe
         fidelity:
           query: [redis-cli, -p, "{port}", DBSIZE]        # same output before and after
           expect_same: true
 
 Placeholders: ``{copy_dir}`` (each copy's own folder: command, env, prepare, paths, query),
 ``{port}`` (a free TCP port the harness picks per copy: command, env, ready probe, query;
-not in the first workload, whose engines do not pick one), ``{workdir}`` (the folder
+not in the first workload, which recovery and overhead run without one; cold start picks
+one for the workload it times, ``cold_start.workload``), ``{workdir}`` (the folder
 workloads run from, where relative paths resolve: e.g. to copy an input from the repo in a
 ``prepare`` command, which runs in ``{copy_dir}``; compatibility stage only) and ``{log}``
 (only as a fidelity file: the copy's stdout/stderr log) and ``{prepared}`` (a folder per
@@ -46,6 +47,7 @@ the compatibility stage runs each workload's ``prepare`` in each copy's folder.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -155,15 +157,84 @@ class ProgressProbe(_Strict):
         return self
 
 
+# The kinds of ready probe, as Kubernetes offers them (a log line besides): exactly one per
+# probe. tcp's HOST:PORT, with "{port}" alone meaning 127.0.0.1 on the copy's port.
+READY_PROBE_KINDS = ("url", "tcp", "exec", "log")
+_TCP = re.compile(
+    r"^(?:(?P<host>[A-Za-z0-9._-]+|\[[0-9A-Fa-f:.]+\]):)?(?P<port>\{port\}|[0-9]{1,5})$"
+)
+
+
 class ReadyProbe(_Strict):
-    url: str
+    """When a server is ready to serve: ``url`` answers 200 to a GET, ``tcp`` accepts a
+    connection, ``exec`` (an argv, run on the copy's node) exits 0, or ``log`` (a regex)
+    matches a line of the copy's log. A database, a cache or an MPI service that speaks no
+    HTTP is timed by one of the last three."""
+
+    url: str | None = None
+    tcp: str | None = None
+    exec: list[str] | None = Field(default=None, min_length=1)
+    log: str | None = None
 
     @field_validator("url")
     @classmethod
-    def _http(cls, value: str) -> str:
-        if not re.match(r"^https?://[^\s]+$", value):
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^https?://[^\s]+$", value):
             raise ValueError("ready probe url must be an http(s) URL")
         return value
+
+    @field_validator("tcp")
+    @classmethod
+    def _host_port(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        match = _TCP.match(value)
+        if match is None or (match["port"] != PORT and not 0 < int(match["port"]) < 65536):
+            raise ValueError(f"tcp: {value!r} is not HOST:PORT, PORT or {PORT}")
+        return value
+
+    @field_validator("exec", mode="before")
+    @classmethod
+    def _exec_argv(cls, value: Any) -> Any:
+        return _argv_list(value, "exec")
+
+    @field_validator("log")
+    @classmethod
+    def _log_regex(cls, value: str | None) -> str | None:
+        if value is not None:
+            _compile(value, "log")
+        return value
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ReadyProbe:
+        given = [k for k in READY_PROBE_KINDS if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(READY_PROBE_KINDS)}")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in READY_PROBE_KINDS if getattr(self, k) is not None)
+
+    @property
+    def words(self) -> list[str]:
+        """Its words a copy's placeholders fill in (url, tcp, the exec argv)."""
+        return [w for w in (self.url, self.tcp, *(self.exec or [])) if w is not None]
+
+    def filled(self, fill: Callable[[str], str]) -> ReadyProbe:
+        """This probe for one copy: ``fill`` applied to its words."""
+        return self.model_copy(
+            update={
+                "url": fill(self.url) if self.url else None,
+                "tcp": fill(self.tcp) if self.tcp else None,
+                "exec": [fill(w) for w in self.exec] if self.exec else None,
+            }
+        )
+
+    def describe(self) -> str:
+        """One line naming it: `url http://…`, `tcp 127.0.0.1:6379`, `exec redis-cli …`."""
+        value = " ".join(self.exec) if self.exec else getattr(self, self.kind)
+        return f"{self.kind} {value}"
 
 
 class AppCheckpoint(_Strict):
@@ -397,7 +468,7 @@ class Workload(_Strict):
         """Whether a copy needs a free port picked for it (``{port}`` anywhere it runs)."""
         words = [*(self.command or []), *self.env.values()]
         words += [*(self.fidelity.query or [])] if self.fidelity else []
-        words += [self.ready_probe.url] if self.ready_probe else []
+        words += self.ready_probe.words if self.ready_probe else []
         return any(PORT in w for w in words)
 
 

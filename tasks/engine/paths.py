@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 COPY_DIR = "{copy_dir}"
 PREPARED = "{prepared}"
+PORT = "{port}"
 
 
 def run_folder(ctx: RunContext) -> Path:
@@ -31,8 +32,16 @@ def prepared_folder(data_dir: str | Path, poc: str, workload: str) -> Path:
     return prepared_root(data_dir, poc) / workload
 
 
-def copy_argv(argv: list[str], copy_dir: Path, prepared: Path | None = None) -> list[str]:
-    """The plan's argv for one copy: ``{copy_dir}`` becomes that copy's own folder and
-    ``{prepared}`` its workload's prepared folder."""
-    words = [a.replace(COPY_DIR, str(copy_dir)) for a in argv]
-    return [a.replace(PREPARED, str(prepared)) for a in words] if prepared else words
+def copy_word(word: str, copy_dir: Path, prepared: Path | None, port: int | None) -> str:
+    """One plan word for one copy: ``{copy_dir}`` its own folder, ``{prepared}`` its
+    workload's prepared folder, ``{port}`` the port picked for it."""
+    word = word.replace(COPY_DIR, str(copy_dir))
+    word = word.replace(PREPARED, str(prepared)) if prepared else word
+    return word.replace(PORT, str(port)) if port is not None else word
+
+
+def copy_argv(
+    argv: list[str], copy_dir: Path, prepared: Path | None = None, port: int | None = None
+) -> list[str]:
+    """The plan's argv for one copy, its placeholders filled in (copy_word)."""
+    return [copy_word(a, copy_dir, prepared, port) for a in argv]

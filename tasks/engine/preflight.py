@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.data.errors import CkptPocError
-from tasks.data.plan import Plan
+from tasks.data.plan import Plan, ReadyProbe
 from tasks.engine.clock import EventRecorder
-from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.engine.probes import LogProgressProbe, poll_ready
 
 PREFLIGHT_TIMEOUT_S = 60  # longer than any sane import-and-first-step; an exit ends it sooner
 TRIAL = "preflight"
@@ -55,17 +55,22 @@ def await_first_sign(
     what: str,
     slice_s: float = 0.1,
     after_offset: int = 0,
+    ready: ReadyProbe | None = None,
 ) -> PreflightResult:
-    """Wait for the workload's first progress line past ``after_offset`` in its log (what
-    an earlier copy wrote does not count) or its ready probe, while ``alive()``; raise
+    """Wait for the workload's ready probe (``ready``: the plan's, its placeholders filled
+    for this copy) or, without one, its first progress line past ``after_offset`` in its log
+    (what an earlier copy wrote does not count), while ``alive()``; raise
     WorkloadDoesNotStart with the log's tail when it exits or stays silent."""
     t0 = time.monotonic()
     deadline = t0 + timeout_s
-    ready = plan.workload.ready_probe
+    last = ""
     if ready is not None:
-        if wait_ready(ready.url, EventRecorder(None), TRIAL, TRIAL, timeout=timeout_s, alive=alive):
-            return PreflightResult(time.monotonic() - t0, f"ready at {ready.url}", log)
-        exited = not alive()
+        answer = poll_ready(
+            ready, timeout=timeout_s, alive=alive, log=log, after_offset=after_offset
+        )
+        if answer.ready:
+            return PreflightResult(time.monotonic() - t0, f"ready: {ready.describe()}", log)
+        exited, last = not alive(), f" (its last answer: {answer.last})"
     else:
         regex = plan.workload.progress_probe.log_regex if plan.workload.progress_probe else None
         if regex is None:
@@ -84,7 +89,11 @@ def await_first_sign(
         finally:
             probe.stop()
         exited = not alive()
-    sign = f"answering 200 at {ready.url}" if ready else "its first progress line"
+    sign = (
+        f"its ready probe ({ready.describe()}) said ready{last}"
+        if ready
+        else "its first progress line"
+    )
     how = (
         f"exited after {time.monotonic() - t0:.1f} s"
         if exited

@@ -15,7 +15,9 @@ share (their jobs write their logs there too), not inside a job.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -23,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.data.errors import CkptPocError
-from tasks.data.plan import Plan
+from tasks.data.plan import Plan, ReadyProbe
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
-from tasks.engine.paths import PREPARED, copy_argv, prepared_folder
+from tasks.engine.paths import PREPARED, copy_argv, copy_word, prepared_folder
 
 OUTPUT_SAID = 400  # characters of a failed command's output in a message
 
@@ -50,9 +52,31 @@ def workload_prepared(plan: Plan) -> Path:
     return prepared_folder(plan.data_dir, plan.poc, plan.workload.name)
 
 
-def workload_argv(plan: Plan, copy_dir: Path) -> list[str]:
+def free_port() -> int:
+    """A TCP port nothing listens on now (the kernel's pick; a copy binds it soon after)."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def copy_port(plan: Plan) -> int | None:
+    """A port for one copy of the comparisons' workload, when its words use ``{port}`` (cold
+    start's server may; the harness picks it on its host, which is the node here and on a
+    Slurm cluster whose harness runs on the node it tests)."""
+    return free_port() if plan.workload.uses_port else None
+
+
+def workload_argv(plan: Plan, copy_dir: Path, port: int | None = None) -> list[str]:
     """The comparisons' workload command for one copy, its placeholders filled in."""
-    return copy_argv(plan.workload.command or [], copy_dir, workload_prepared(plan))
+    return copy_argv(plan.workload.command or [], copy_dir, workload_prepared(plan), port)
+
+
+def workload_ready_probe(plan: Plan, copy_dir: Path, port: int | None = None) -> ReadyProbe | None:
+    """The comparisons' workload's ready probe for one copy, its placeholders filled in."""
+    probe = plan.workload.ready_probe
+    if probe is None:
+        return None
+    return probe.filled(lambda w: copy_word(w, copy_dir, workload_prepared(plan), port))
 
 
 def output_said(text: str | bytes | None) -> str:

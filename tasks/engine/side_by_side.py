@@ -35,7 +35,7 @@ from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.copies import CopyEnd, CopyRequest, WorkloadCopy
 from tasks.engine.clusters.registry import BUILT_KINDS, cluster_for
 from tasks.engine.paths import run_folder
-from tasks.engine.prepared import prepare_workload, workload_argv
+from tasks.engine.prepared import prepare_workload, workload_argv, workload_ready_probe
 from tasks.engine.probes import LogProgressProbe, wait_ready
 
 # Every backend that builds a cluster starts copies (the `Cluster` protocol).
@@ -238,14 +238,17 @@ def _follow_copies(
     ready: dict[str, bool] = {}
     if plan.workload.ready_probe:
         for arm in ARMS:
+            probe = workload_ready_probe(plan, copies[arm].request.copy_dir)
+            assert probe is not None
             ready[arm] = wait_ready(
-                plan.workload.ready_probe.url,
+                probe,
                 recorder,
                 trial,
                 arm,
                 timeout=timeout_s,
                 alive=workers.alive_and_well(lambda c=copies[arm]: cluster.copy_alive(c)),
-            )
+                log=copies[arm].log,
+            ).ready
         serve_until = time.monotonic() + serve_s
         while time.monotonic() < serve_until:
             workers.check()

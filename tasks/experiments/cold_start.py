@@ -28,7 +28,7 @@ import pandas as pd
 from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.page_cache import judged
-from tasks.data.plan import Plan
+from tasks.data.plan import Plan, Workload
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
@@ -58,16 +58,26 @@ class ColdStartRun:
     failures: list[dict[str, Any]]  # failed starts with the tail of the workload's log
 
 
+def timed_plan(plan: Plan) -> Plan:
+    """The plan as cold start runs it: its timed workload (``Plan.cold_start_workload``)
+    first, so that its prepare, preflight, copies and rows are that workload's."""
+    timed = plan.cold_start_workload
+    if timed is plan.workload:
+        return plan
+    rest = [w for w in plan.workloads if w is not timed]
+    return plan.model_copy(update={"workload": timed, "workloads": [timed, *rest]})
+
+
 def ensure_cold_start_supports(plan: Plan) -> None:
     """A command to launch, and a ready signal to end both clocks: the ready probe (a
     server), else the first progress line (a training job)."""
     ensure_runs_on(plan, "cold start runs on", STAGE_RUNNERS)
-    w = plan.workload
+    w = plan.cold_start_workload
     if w.command is None:
-        raise CkptPocError("cold start needs workload.command (an argv list) for its copies")
+        raise CkptPocError(f"cold start needs {w.name}'s command (an argv list) for its copies")
     has_progress = w.progress_probe is not None and w.progress_probe.log_regex is not None
     if w.ready_probe is None and not has_progress:
-        raise CkptPocError("cold start needs workload.ready_probe or progress_probe.log_regex")
+        raise CkptPocError(f"cold start needs {w.name}'s ready_probe or progress_probe.log_regex")
 
 
 def run_cold_start(
@@ -77,7 +87,10 @@ def run_cold_start(
     repeats: int | None = None,
     timeout_s: float = 120,
 ) -> ColdStartRun:
+    """Every pair of every page-cache condition on the plan's cluster, on the cold start
+    workload (its rows carry its name and hash)."""
     ensure_cold_start_supports(plan)
+    plan = timed_plan(plan)
     runs = STAGE_RUNNERS[plan.cluster.kind]
     cluster = cluster_for(plan, run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
@@ -202,6 +215,7 @@ def cold_start_result(
     run: ColdStartRun, plan: Plan, ctx: RunContext, files: list[Path], plot: Path
 ) -> ColdStartResult:
     """The run as the stage hands it on: the speed-up, the restores, the plot, its files."""
+    timed = plan.cold_start_workload
     rows = run.trials[run.trials["measure"] == "cold_start"]
     restored = rows[(rows["arm"] == "managed") & (rows["status"] == "ok")]
     return ColdStartResult(
@@ -223,4 +237,19 @@ def cold_start_result(
         plot=str(plot),
         trials_files=tuple(str(f) for f in files),
         run_dir=str(run.run_dir),
+        workload=timed.name,
+        ready_signal=ready_signal(timed),
     )
+
+
+def ready_signal(workload: Workload) -> str:
+    """What ends a cold start's clocks on ``workload``, in words."""
+    probe = workload.ready_probe
+    if probe is None:
+        return "it logs its first progress line"
+    return {
+        "url": f"{probe.url} answers 200",
+        "tcp": f"{probe.tcp} accepts a connection",
+        "exec": f"`{' '.join(probe.exec or [])}` exits 0",
+        "log": f"its log has a line matching {probe.log!r}",
+    }[probe.kind]

@@ -250,14 +250,21 @@ def is_service(w: Workload) -> bool:
 
 
 def service_ready(sweep: Sweep, copy: Copy, proc: WorkloadProcess, arm: str, after: int) -> str:
-    """Wait until the service works: its ready probe answers 200, else its fidelity query
+    """Wait until the service works: its ready probe says ready, else its fidelity query
     exits 0, else it logs a progress line past ``after``. '' when it does, else why not."""
     trial = f"compat-{copy.workload.name}"
-    url = copy.ready_url
-    if url is not None:
-        if wait_ready(url, sweep.recorder, trial, arm, timeout=sweep.timeout_s, alive=proc.alive):
+    ready = copy.ready_probe
+    if ready is not None:
+        answer = wait_ready(
+            ready, sweep.recorder, trial, arm,
+            timeout=sweep.timeout_s, alive=proc.alive, log=proc.log, after_offset=after,
+        )  # fmt: skip
+        if answer.ready:
             return ""
-        return f"{url} never answered 200 within {sweep.timeout_s:.0f} s"
+        return (
+            f"its ready probe ({ready.describe()}) never said ready within "
+            f"{sweep.timeout_s:.0f} s; its last answer: {answer.last}"
+        )
     w = copy.workload
     deadline = time.monotonic() + sweep.timeout_s
     if w.fidelity is not None and w.fidelity.query is not None:
@@ -433,7 +440,7 @@ def _reference_service(sweep: Sweep, w: Workload, index: int) -> Copy:
         why = service_ready(sweep, ref, proc, "unmanaged", 0)
         if why:
             tail = log_tail(proc.log, 3).replace("\n", " | ") or "(the log is empty)"
-            field_ = "ready_probe.url" if w.ready_probe else "command"
+            field_ = f"ready_probe.{w.ready_probe.kind}" if w.ready_probe else "command"
             raise BadInput(f"{ref.field}.{field_}", f"the reference run: {why}: {tail}")
         if w.fidelity is not None and w.fidelity.query is not None:
             run_query(ref, "the reference run")

@@ -8,24 +8,15 @@ plan's relative paths resolve: the repo for the shipped examples).
 
 from __future__ import annotations
 
-import contextlib
-import socket
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.data.plan import Workload
+from tasks.data.plan import ReadyProbe, Workload
 from tasks.data.plan_workload import COPY_DIR, PORT, PREPARED, WORKDIR
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
-from tasks.engine.prepared import PrepareFailed, output_said, run_prepare_commands
+from tasks.engine.prepared import PrepareFailed, free_port, output_said, run_prepare_commands
 from tasks.experiments.compatibility_fidelity import BadInput, CopyFiles
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (the kernel's pick; a copy binds it soon after)."""
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)
@@ -54,9 +45,9 @@ class Copy:
         return {k: self.fill(v) for k, v in self.workload.env.items()}
 
     @property
-    def ready_url(self) -> str | None:
+    def ready_probe(self) -> ReadyProbe | None:
         probe = self.workload.ready_probe
-        return self.fill(probe.url) if probe else None
+        return probe.filled(self.fill) if probe else None
 
     def files(self, log: Path) -> CopyFiles:
         return CopyFiles(self.copy_dir, log)

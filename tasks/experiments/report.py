@@ -573,6 +573,12 @@ def cold_start_markdown(result: ColdStartResult) -> str:
         "ready on the unmanaged arm, restore → ready on the managed arm).",
         "",
     ]
+    if result.workload:
+        lines += [
+            f"Timed: the workload `{result.workload}`, ready when {result.ready_signal}. The "
+            "native side is the plan's command, unmodified.",
+            "",
+        ]
     lines += [f"- {line}" for line in cold_start_lines(result)]
     lines.append("")
     lines += markdown_table(

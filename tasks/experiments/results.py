@@ -222,6 +222,8 @@ class ColdStartResult(JsonForm):
     run_dir: str = ""
     # The warm condition's speed-up, when the plan asks for it (never judged).
     speedup_warm: Mapping[str, Any] | None = None
+    workload: str = ""  # the workload timed (cold_start.workload)
+    ready_signal: str = ""  # what ended both clocks: its ready probe, or its first progress line
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ColdStartResult:
@@ -241,4 +243,6 @@ class ColdStartResult(JsonForm):
             trials_files=tuple(d.get("trials_files", ())),
             run_dir=str(d.get("run_dir", "")),
             speedup_warm=d.get("speedup_warm"),
+            workload=str(d.get("workload", "")),
+            ready_signal=str(d.get("ready_signal", "")),
         )

@@ -14,10 +14,10 @@ from collections.abc import Callable
 from typing import Any
 
 from tasks.data.errors import CkptPocError
-from tasks.data.plan import Plan
+from tasks.data.plan import Plan, ReadyProbe
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.page_cache import CacheState
-from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.engine.probes import LogProgressProbe, ready_line_regex, wait_ready
 from tasks.experiments.checkpoints import restore_fork_s
 from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import LOG_TAIL, workload_hash
@@ -68,9 +68,19 @@ NO_PROGRESS = r"(?!)(\d+)"
 
 
 def progress_regex(plan: Plan) -> str:
-    """The workload's progress regex, or NO_PROGRESS for a server timed by its ready probe."""
+    """What cold start's log probe follows: a log ready probe's line, NO_PROGRESS for a
+    server another ready probe times, else the workload's progress regex."""
+    ready = plan.workload.ready_probe
+    if ready is not None:
+        return ready_line_regex(ready.log) if ready.log is not None else NO_PROGRESS
     probe = plan.workload.progress_probe
     return probe.log_regex if probe is not None and probe.log_regex else NO_PROGRESS
+
+
+def timed_by_log(ready: ReadyProbe | None) -> bool:
+    """Whether cold start's clocks end on a line of the copy's log (a log ready probe, or
+    the first progress line) rather than on a probe's answer."""
+    return ready is None or ready.log is not None
 
 
 def cold_start_trial(page_cache: str, repeat: int) -> str:
@@ -102,7 +112,7 @@ def cold_start_row(
 
 
 def wait_for_ready(
-    plan: Plan,
+    ready: ReadyProbe | None,
     probe: LogProgressProbe,
     rec: EventRecorder,
     trial: str,
@@ -112,24 +122,41 @@ def wait_for_ready(
     timeout_s: float,
     alive: Callable[[], bool],
     who: str,
+    restored: Event | None = None,
 ) -> Event:
-    """The plan's ready signal from the copy (``who`` names it in a failure): its ready URL
-    answering 200, else its first progress line past ``after_offset``. The `ready` event
-    ends both clocks."""
-    if plan.workload.ready_probe:
-        url = plan.workload.ready_probe.url
-        if wait_ready(url, rec, trial, arm, timeout=timeout_s, alive=alive):
+    """The copy's ready signal (``who`` names it in a failure): the plan's ready probe
+    (``ready``, filled in for this copy) saying ready, timed when it first answered; a log
+    ready probe's line or, without a ready probe, the first progress line past
+    ``after_offset``, timed to its write. The `ready` event ends both clocks; a probe that
+    never says ready fails the start with its last answer.
+
+    A restored copy (``restored``: CRIU's event) does not log its ready line again: it was
+    dumped after logging it. With a log ready probe it is ready once restored, and its
+    `ready` says so."""
+    if ready is not None and ready.log is not None and restored is not None:
+        return rec.record_at(
+            trial, arm, "ready", restored.t_mono_ns,
+            probe="restored: its ready line was logged before the dump",
+        )  # fmt: skip
+    if not timed_by_log(ready):
+        assert ready is not None
+        answer = wait_ready(ready, rec, trial, arm, timeout=timeout_s, alive=alive)
+        if answer.ready:
             return rec.events(trial, arm, "ready")[-1]
-        raise StartFailed(f"{url} never answered 200 ({who})")
+        raise StartFailed(
+            f"its ready probe ({ready.describe()}) never said ready ({who}); "
+            f"its last answer: {answer.last}"
+        )
     seen = probe.wait_for(lambda s: s.offset > after_offset, timeout_s)
+    what = f"line matching {ready.log!r}" if ready is not None else "progress line"
     if seen is None:
-        raise StartFailed(f"no progress line within {timeout_s:.0f} s ({who})")
+        raise StartFailed(f"no {what} within {timeout_s:.0f} s ({who})")
     # Timed to the line's write, as recovery's `serving_again` is (the probe's read may be
     # later: its latency is `learned_ms`).
     learned_ms = (time.monotonic_ns() - seen.t_mono_ns) / 1e6
     return rec.record_at(
         trial, arm, "ready", seen.t_mono_ns,
-        step=seen.step, probe="first progress line", learned_ms=learned_ms,
+        step=seen.step, probe=f"first {what}", learned_ms=learned_ms,
     )  # fmt: skip
 
 

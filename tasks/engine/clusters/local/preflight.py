@@ -17,7 +17,12 @@ from tasks.engine.preflight import (
     await_first_sign,
     log_tail,
 )
-from tasks.engine.prepared import prepare_workload, workload_argv
+from tasks.engine.prepared import (
+    copy_port,
+    prepare_workload,
+    workload_argv,
+    workload_ready_probe,
+)
 
 
 def preflight_local(
@@ -28,7 +33,9 @@ def preflight_local(
     prepare_workload(plan, timeout_s, cluster.workdir)
     copy_dir = run_folder(ctx) / TRIAL
     copy_dir.mkdir(parents=True, exist_ok=True)
-    argv = workload_argv(plan, copy_dir)
+    port = copy_port(plan)
+    argv = workload_argv(plan, copy_dir, port)
+    ready = workload_ready_probe(plan, copy_dir, port)
     slot = plan.cluster.nodes[0]
     log = cluster.log_path(slot, TRIAL, TRIAL)
     before = log.stat().st_size if log.exists() else 0  # logs are appended to
@@ -43,7 +50,9 @@ def preflight_local(
             f"line ({exc}); nothing was measured. Last lines of {log}:\n{tail}"
         ) from exc
     try:
-        return await_first_sign(plan, proc.log, proc.alive, timeout_s, what, after_offset=before)
+        return await_first_sign(
+            plan, proc.log, proc.alive, timeout_s, what, after_offset=before, ready=ready
+        )
     finally:
         cluster.kill(proc)
         cluster.wait_gone(proc)

@@ -19,7 +19,12 @@ from tasks.engine.clusters.slurm.recovery_notice import SlurmNoticeRecovery
 from tasks.engine.clusters.slurm.spec import copy_spec
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import TRIAL, PreflightResult, await_first_sign
-from tasks.engine.prepared import prepare_workload, workload_argv
+from tasks.engine.prepared import (
+    copy_port,
+    prepare_workload,
+    workload_argv,
+    workload_ready_probe,
+)
 
 
 @dataclass
@@ -112,7 +117,8 @@ class SlurmBackend(SlurmCluster):
         copy_dir = run_folder(ctx) / TRIAL
         copy_dir.mkdir(parents=True, exist_ok=True)
         log = copy_dir / "workload.log"
-        argv = workload_argv(plan, copy_dir)
+        port = copy_port(plan)
+        argv = workload_argv(plan, copy_dir, port)
         spec = copy_spec(
             plan,
             TRIAL,
@@ -132,6 +138,7 @@ class SlurmBackend(SlurmCluster):
                 max(timeout_s, queue_timeout_s),
                 f"job {job.job_id}: {' '.join(argv)}",
                 slice_s=0.5,
+                ready=workload_ready_probe(plan, copy_dir, port),
             )
         finally:
             self.stop_all()

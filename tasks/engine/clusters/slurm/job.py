@@ -17,7 +17,9 @@ rows then carry the node's, not the harness host's) and drops the node's page ca
 (``page_cache: dropped``; ``cache_files``: what to drop where a global drop is refused), so
 neither is in any clock. With ``dump_request: PATH`` (cold start's ready copy) the copy is
 dumped once that file exists, and CRIU ends it; ``checkpoint_arm`` names the arm its dumps
-are recorded under, when not the job's own.
+are recorded under, when not the job's own. With ``ready_probe`` (cold start's url, tcp or
+exec probe) the job asks it on the node once the copy runs and records `ready` or
+`ready_failed` (within ``ready_timeout_s``).
 
 The job exits with the workload's status, or fails with the exception that ended its
 checkpoint thread. Its events (`job_started` first thing, then `workload_started`, the
@@ -36,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,8 @@ def _read_the_node(spec: dict[str, Any], recorder: EventRecorder) -> None:
         from tasks.data.fingerprint import collect_fingerprint
 
         recorder.record(trial, arm, "node_fingerprint", **collect_fingerprint())
+    if spec.get("ready_probe"):
+        import tasks.engine.probes  # noqa: F401  (loaded here: its import is in no clock)
     if spec.get("page_cache"):
         files = [Path(f) for f in spec.get("cache_files", [])]
         cache = prepare_cache(spec["page_cache"], files)
@@ -124,6 +129,7 @@ def run(spec: dict[str, Any]) -> int:
     if isinstance(started, int):
         return started  # the restore could not run
     root, pid = started
+    _ask_ready_in_job(spec, recorder, alive=lambda: root.poll() is None)
     # Readable once the process has exited. Gone already, or no pidfd: a signalled job
     # dies at once, and the harness waits for `workload_exited` in vain and reads on.
     with contextlib.suppress(OSError):
@@ -149,6 +155,32 @@ def run(spec: dict[str, Any]) -> int:
     if periodic is not None:
         periodic.stop()  # raises what ended the checkpoint thread, if anything did
     return rc
+
+
+def _ask_ready_in_job(
+    spec: dict[str, Any], recorder: EventRecorder, alive: Callable[[], bool]
+) -> threading.Thread | None:
+    """Cold start's ready probe (``ready_probe``: url, tcp or exec, filled in for this copy),
+    asked here on the node, where a server's 127.0.0.1 and an exec probe's command are:
+    `ready` when it first says so, else `ready_failed` with its last answer."""
+    if not spec.get("ready_probe"):
+        return None
+    from tasks.data.plan_workload import ReadyProbe
+    from tasks.engine.probes import poll_ready
+
+    probe = ReadyProbe.model_validate(spec["ready_probe"])
+    trial, arm = spec["trial_id"], spec["arm"]
+
+    def ask() -> None:
+        answer = poll_ready(probe, timeout=float(spec["ready_timeout_s"]), alive=alive)
+        event = "ready" if answer.ready else "ready_failed"
+        recorder.record_at(
+            trial, arm, event, answer.t_mono_ns, probe=probe.describe(), answer=answer.last
+        )
+
+    thread = threading.Thread(target=ask, name="ready-probe", daemon=True)
+    thread.start()
+    return thread
 
 
 def _checkpointer(spec: dict[str, Any], recorder: EventRecorder) -> CriuCheckpointer | None:

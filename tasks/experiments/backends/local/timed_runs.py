@@ -22,7 +22,12 @@ from tasks.engine.clusters.process import slots_of
 from tasks.engine.page_cache import prepare_cache
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, log_tail
-from tasks.engine.prepared import workload_argv, workload_prepared
+from tasks.engine.prepared import (
+    copy_port,
+    workload_argv,
+    workload_prepared,
+    workload_ready_probe,
+)
 from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.timed_runs import (
     RunFailed,
@@ -131,13 +136,15 @@ def cold_start_pair_local(
     try:
         cache_files = [workload_prepared(plan), copy_dir]  # its weights, data and images
         native.update(cache_columns(prepare_cache(page_cache, cache_files)))
+        port = copy_port(plan)  # the restored copy listens on it again
+        ready_probe = workload_ready_probe(plan, copy_dir, port)
         launch = rec.record(trial, "unmanaged", "launch", slot=slot)
-        argv = workload_argv(plan, copy_dir)
+        argv = workload_argv(plan, copy_dir, port)
         proc = slots.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
         probe = LogProgressProbe(proc.log, regex, rec, trial, "unmanaged").start()
         probes.append(probe)
         ready = wait_for_ready(
-            plan, probe, rec, trial, "unmanaged",
+            ready_probe, probe, rec, trial, "unmanaged",
             after_offset=-1, timeout_s=timeout_s, alive=proc.alive, who="unmanaged",
         )  # fmt: skip
         native.update(status="ok", ready_s=span_s(launch, ready))
@@ -167,8 +174,9 @@ def cold_start_pair_local(
             started = rec.events(trial, "managed", "restore_start")[-1]
             restored = rec.events(trial, "managed", "restored")[-1]
             ready = wait_for_ready(
-                plan, probe, rec, trial, "managed",
+                ready_probe, probe, rec, trial, "managed",
                 after_offset=killed_at, timeout_s=timeout_s, alive=new.alive, who="managed",
+                restored=restored,
             )  # fmt: skip
         restore.update(restored_numbers(point.image_bytes, started, restored, ready))
     except (StartFailed, CriuError, CkptPocError) as exc:

@@ -21,16 +21,17 @@ start-up and the wrapper stay outside it.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from tasks.data.errors import CkptPocError
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
-from tasks.data.plan import Plan
+from tasks.data.plan import Plan, ReadyProbe
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
-from tasks.engine.clock import EventRecorder, span_s
+from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.clusters.slurm.cluster import (
     ACTIVE_STATES,
     JobNeverStarted,
@@ -40,7 +41,12 @@ from tasks.engine.clusters.slurm.cluster import (
 from tasks.engine.clusters.slurm.spec import copy_spec, wait_job_event
 from tasks.engine.paths import run_folder
 from tasks.engine.preflight import log_tail
-from tasks.engine.prepared import workload_argv, workload_prepared
+from tasks.engine.prepared import (
+    copy_port,
+    workload_argv,
+    workload_prepared,
+    workload_ready_probe,
+)
 from tasks.engine.probes import LogProgressProbe
 from tasks.experiments.timed_runs import (
     RunFailed,
@@ -52,6 +58,7 @@ from tasks.experiments.timed_runs import (
     overhead_row,
     progress_regex,
     restored_numbers,
+    timed_by_log,
     wait_for_ready,
 )
 from tasks.experiments.trials import LOG_TAIL
@@ -64,6 +71,8 @@ COLD_START_INCLUDES = {
     "managed": "criu restore of the ready copy in a new job on the node, then up to ready; "
     "queueing and the wrapper's own start are outside",
 }
+# How long after its end (or the start's timeout) a job may still append its ready answer.
+READY_GRACE_S = 5.0
 # A cold start's copy dumps only when asked: its periodic interval is past any run.
 NO_PERIODIC_S = 10 * 24 * 3600.0
 
@@ -92,6 +101,46 @@ def _write_atomically(path: Path, text: str) -> None:
 
 def _alive(cluster: SlurmCluster, job: SlurmJob) -> Callable[[], bool]:
     return lambda: cluster.observe(job)[0] in ACTIVE_STATES
+
+
+def _wait_ready(
+    ready: ReadyProbe | None,
+    probe: LogProgressProbe,
+    rec: EventRecorder,
+    events: Path,
+    trial: str,
+    arm: str,
+    *,
+    after_offset: int,
+    timeout_s: float,
+    alive: Callable[[], bool],
+    who: str,
+    restored: Event | None = None,
+) -> Event:
+    """The copy's `ready`: a log line the harness reads on the shared folder (a restored
+    copy's: its restore, wait_for_ready), else what the job's own ask of the ready probe
+    recorded (`ready`, or `ready_failed` with the probe's last answer); a job gone without
+    either fails the start."""
+    if timed_by_log(ready):
+        return wait_for_ready(
+            ready, probe, rec, trial, arm, after_offset=after_offset,
+            timeout_s=timeout_s, alive=alive, who=who, restored=restored,
+        )  # fmt: skip
+    assert ready is not None
+    names = ("ready", "ready_failed")
+    deadline = time.monotonic() + timeout_s + READY_GRACE_S
+    while (answer := wait_job_event(rec, events, trial, arm, names, None, 0.5)) is None:
+        if time.monotonic() > deadline or not alive():
+            answer = wait_job_event(rec, events, trial, arm, names, None, READY_GRACE_S)
+            break
+    if answer is None:
+        raise StartFailed(f"the job never said what its ready probe answered ({who})")
+    if answer.event == "ready_failed":
+        raise StartFailed(
+            f"its ready probe ({ready.describe()}) never said ready ({who}); "
+            f"its last answer: {answer.detail.get('answer')}"
+        )
+    return answer
 
 
 def _wait_ended(cluster: SlurmCluster, job: SlurmJob, timeout_s: float) -> None:
@@ -180,16 +229,22 @@ def cold_start_pair_on_slurm(
     native = cold_start_row(plan, trial, "unmanaged", repeat, node, includes["unmanaged"])
     restore: dict[str, Any] | None = None
     regex = progress_regex(plan)
+    port = copy_port(plan)  # the restored copy listens on it again
+    ready_probe = workload_ready_probe(plan, copy_dir, port)
     common = {
         "keep": 1,
         "interval_s": NO_PERIODIC_S,
         "page_cache": page_cache,
         "cache_files": [str(workload_prepared(plan)), str(copy_dir)],
+        "ready_timeout_s": timeout_s,
     }
+    if not timed_by_log(ready_probe):  # asked inside each job, on the node
+        assert ready_probe is not None
+        common["ready_probe"] = ready_probe.model_dump(exclude_none=True)
     gpus = plan.workload.gpus
     probes: list[LogProgressProbe] = []
     try:
-        argv = workload_argv(plan, copy_dir)
+        argv = workload_argv(plan, copy_dir, port)
         spec = copy_spec(
             plan,
             trial,
@@ -213,8 +268,8 @@ def cold_start_pair_on_slurm(
         if started is None:
             raise StartFailed(f"job {job.job_id} ran but never reported starting")
         launch = rec.alias(started, "launch", job_id=job.job_id, node=node)
-        ready = wait_for_ready(
-            plan, probe, rec, trial, "unmanaged",
+        ready = _wait_ready(
+            ready_probe, probe, rec, events, trial, "unmanaged",
             after_offset=-1, timeout_s=timeout_s, alive=_alive(cluster, job),
             who=f"unmanaged, job {job.job_id}",
         )  # fmt: skip
@@ -267,10 +322,10 @@ def cold_start_pair_on_slurm(
                 last = tail.strip().splitlines()[-1] if tail.strip() else "no restore event"
                 raise StartFailed(f"restore job {new.job_id} did not bring the copy back: {last}")
             restore_start = rec.events(trial, "managed", "restore_start")[-1]
-            ready = wait_for_ready(
-                plan, probe, rec, trial, "managed",
+            ready = _wait_ready(
+                ready_probe, probe, rec, events, trial, "managed",
                 after_offset=killed_at, timeout_s=timeout_s, alive=_alive(cluster, new),
-                who=f"managed, job {new.job_id}",
+                who=f"managed, job {new.job_id}", restored=restored,
             )  # fmt: skip
         restore.update(
             restored_numbers(point.image_bytes, restore_start, restored, ready),
