@@ -9,11 +9,11 @@ Per size: a plan (plans/demo.yaml's, its first workload the serving example on a
 port, its weights written by `prepare` at that size; `cold_start: {page_cache: [dropped,
 warm]}`) run by ``tasks.experiments.cold_start.run_cold_start`` on the local cluster with the
 CRIU of ``scripts/install-criu``: per pair a native launch timed to `/ready` 200, a dump of
-the ready server, and a restore timed to `/ready` 200. Then, per restore, the image files
-read back as the restore would find them (raw read: the page cache dropped first for the
-`dropped` rows, read once untimed first for the `warm` rows), so
+the ready server, and a restore timed to `/ready` 200. Then, per restore, the stage itself
+reads the image files back as the restore found them (its rows' `raw_read_gbps`: the page
+cache dropped first for the `dropped` rows, read once untimed first for the `warm` rows), so
 
-    restore efficiency = raw read seconds / criu restore seconds
+    restore efficiency = restore GB/s / raw read GB/s (= raw read s / criu restore s)
 
 (1.0: the restore moved the bytes as fast as reading them does; below: the restore's own
 work — forking, mapping, the page-by-page copy — is what costs). Every row is printed and
@@ -29,7 +29,6 @@ import os
 import shutil
 import statistics
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +40,10 @@ from benchlib import REPO, code_version, self_peak_mib, write_record
 sys.path.insert(0, str(REPO))
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
-from tasks.engine.page_cache import drop_page_cache
 from tasks.experiments.cold_start import run_cold_start
 from tasks.experiments.compatibility_copy import free_port
 
 MIB = 1 << 20
-READ_CHUNK = 16 * MIB
 
 
 def bench_plan(folder: Path, size_mb: int, repeats: int) -> Path:
@@ -91,31 +88,6 @@ def bench_plan(folder: Path, size_mb: int, repeats: int) -> Path:
     return path
 
 
-def image_files(run_dir: Path, trial: str) -> list[Path]:
-    return sorted(p for p in (run_dir / f"{trial}-copy" / "criu").rglob("*") if p.is_file())
-
-
-def raw_read_s(files: list[Path], page_cache: str) -> tuple[float, int]:
-    """Seconds to read ``files`` end to end, the cache as the restore found it."""
-    if page_cache == "warm":
-        read_all(files)  # untimed: into the cache
-    else:
-        drop_page_cache(files)
-    t0 = time.perf_counter()
-    total = read_all(files)
-    return time.perf_counter() - t0, total
-
-
-def read_all(files: list[Path]) -> int:
-    """Every byte of ``files``, 16 MiB at a time into one buffer (no copy kept)."""
-    total, buf = 0, bytearray(READ_CHUNK)
-    for f in files:
-        with open(f, "rb", buffering=0) as fh:
-            while n := fh.readinto(buf):
-                total += n
-    return total
-
-
 def one_size(folder: Path, size_mb: int, repeats: int) -> list[dict[str, Any]]:
     path = bench_plan(folder, size_mb, repeats)
     plan = load_plan(path, check_cluster=False)
@@ -136,16 +108,14 @@ def one_size(folder: Path, size_mb: int, repeats: int) -> list[dict[str, Any]]:
         }
         if len(restore) and restore.iloc[0]["status"] == "ok":
             r = restore.iloc[0]
-            read_s, read_bytes = raw_read_s(image_files(run.run_dir, str(trial)), r["page_cache"])
             row.update(
                 restore_ready_s=r["ready_s"],
                 restore_s=r["restore_s"],
                 restore_warmup_s=r["restore_warmup_s"],
                 checkpoint_bytes=int(r["checkpoint_bytes"]),
                 restore_gbps=r["restore_gbps"],
-                raw_read_s=read_s,
-                raw_read_gbps=read_bytes / read_s / 1e9 if read_s > 0 else None,
-                efficiency=read_s / r["restore_s"] if r["restore_s"] else None,
+                raw_read_gbps=r["raw_read_gbps"],  # the stage's own read of the same images
+                efficiency=r["restore_gbps"] / r["raw_read_gbps"] if r["raw_read_gbps"] else None,
                 speedup=native["ready_s"] / r["ready_s"],
             )
         out.append(row)

@@ -189,3 +189,69 @@ def test_cold_start_times_redis_by_a_probe_that_is_not_http(
     assert len(ready) == 6  # one per start, native and restored
     result = cold_start_result(run, plan, ctx, [], tmp_path / "plot.png")
     assert result.workload == "redis" and signal in result.ready_signal
+
+
+def test_weights_the_node_cannot_hold_are_refused_naming_the_prepare_item(tmp_path) -> None:
+    from tasks.data.plan_sizes import size_problems, weights_mb
+
+    data = demo_plan_dict()
+    serve = data["workloads"][1]
+    serve["prepare"][0][serve["prepare"][0].index("--mb") + 1] = "100000000"  # ~95 TiB
+    with pytest.raises(PlanError) as err:
+        load_plan(_plan_file(tmp_path, data), check_cluster=False)
+    said = str(err.value)
+    assert (
+        "workloads.1.prepare.0: --mb 1e+08 writes 97656.2 GiB of weights; the disk of data_dir"
+        in said
+    )
+    assert "GiB available (MemAvailable)" in said
+    # The figures, given: 64 MiB twice fits 1 GiB; 600 MiB twice does not.
+    argv = ["python", "-m", "examples.weights", "w.safetensors", "--mb", "600"]
+    assert weights_mb(argv) == 600 and weights_mb(["python", "-m", "other", "--mb", "6"]) is None
+    disk = (10 * 1 << 30, tmp_path)
+    assert size_problems([("w.0", [*argv[:-1], "64"])], "x", disk=disk, memory=1 << 30) == []
+    (problem,) = size_problems([("w.0", argv)], "x", disk=disk, memory=1 << 30)
+    assert problem == (
+        "w.0: --mb 600: each copy reads 0.6 GiB of weights and the comparisons run 2 at once "
+        "(1.2 GiB); the node has 1.0 GiB available (MemAvailable)"
+    )
+
+
+@pytest.mark.criu
+def test_images_go_to_the_plans_images_dir_and_every_row_says_where(
+    tmp_path, criu_binary, monkeypatch
+) -> None:
+    """checkpointer.images_dir: the images of every dump and restore are there, each row
+    names the folder and its file system, the restores carry a plain read of the same bytes
+    beside their own GB/s, the dumps their write GB/s; and the exit snapshots never walk it."""
+    from tasks.data.runctx import make_run_context
+    from tasks.exit.snapshots import _data_dirs
+    from tasks.experiments.cold_start import run_cold_start
+
+    monkeypatch.setenv("CKPT_POC_CRIU", criu_binary)
+    data = yaml.safe_load(_redis_cold_start_plan(tmp_path, {"tcp": "{port}"}).read_text())
+    scratch = tmp_path / "scratch"
+    data["checkpointer"]["images_dir"] = str(scratch)
+    path = _plan_file(tmp_path, data)
+    plan = load_plan(path, check_cluster=False)
+    with open_run(plan, path, "cold_start") as ctx:
+        run = run_cold_start(plan, ctx, timeout_s=60)
+    rows = run.trials
+    restores = rows[(rows["measure"] == "cold_start") & (rows["arm"] == "managed")]
+    dumps = rows[rows["measure"] == "checkpoint"]
+    assert (restores["status"] == "ok").all() and len(dumps) == 3
+    for part in (restores, dumps):
+        assert part["images_dir"].str.startswith(str(scratch / plan.poc / "runs")).all()
+        assert part["images_fs"].notna().all()
+    assert (restores["raw_read_gbps"] > 0).all() and (dumps["images_write_gbps"] > 0).all()
+    assert not list(run.run_dir.rglob("*.img"))  # none beside the run's records
+    assert list(scratch.rglob("*.img"))
+    assert run.summary["images"]["raw_read_gbps"] > 0
+    assert str(scratch.resolve() / plan.poc) in _data_dirs(plan, make_run_context(plan, path))
+
+
+def test_a_relative_images_dir_is_refused(tmp_path) -> None:
+    data = demo_plan_dict()
+    data["checkpointer"]["images_dir"] = "scratch/images"
+    with pytest.raises(PlanError, match="checkpointer.images_dir: 'scratch/images' is not an abs"):
+        load_plan(_plan_file(tmp_path, data), check_cluster=False)

@@ -28,6 +28,12 @@ DUMP_PHASES = (
     Column("dump_pages_scanned", I64, min=0, doc="memory pages CRIU scanned"),
     Column("dump_pages_written", I64, min=0, doc="memory pages CRIU wrote"),
 )
+# Where a dump wrote its images, or a restore read them (checkpointer.images_dir), and on
+# what file system: a restore reads at that file system's speed.
+IMAGES_PLACE = (
+    Column("images_dir", S, doc="the checkpoint's folder"),
+    Column("images_fs", S, doc="its file system type (/proc/self/mountinfo)"),
+)
 _RUN = (
     Column("poc", S, False, doc="the plan's poc name"),
     Column("run_id", S, False, doc="the run that wrote the row"),
@@ -223,6 +229,20 @@ TRIALS = DatasetSpec(
         Column("dump_s", F64, min=0),
         Column("freeze_s", F64, min=0, doc="how long CRIU kept the workload frozen"),
         *DUMP_PHASES,
+        Column(
+            "images_write_gbps",
+            F64,
+            min=0,
+            doc="CRIU's write of the pages to the images: pages written × page / memwrite s",
+        ),
+        *IMAGES_PLACE,
+        Column(
+            "raw_read_gbps",
+            F64,
+            min=0,
+            doc="cold start: a plain read of the same images, the cache as the restore found "
+            "it (the limit a restore can approach; restore_gbps beside it)",
+        ),
         *_FP,
     ),
 )
@@ -494,6 +514,7 @@ COMPATIBILITY = DatasetSpec(
         Column("freeze_s", F64, min=0, doc="how long CRIU kept the workload frozen"),
         Column("dump_s", F64, min=0),
         *DUMP_PHASES,
+        *IMAGES_PLACE,
         Column("image_bytes", I64, min=0),
         Column("restore", S, allowed=("ok", "failed", "not tried")),
         Column("restore_s", F64, min=0),

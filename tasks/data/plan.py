@@ -52,6 +52,7 @@ from tasks.data.plan_faults import (  # noqa: F401
     warn_of,
 )
 from tasks.data.plan_preempt import preemptor_problems
+from tasks.data.plan_sizes import size_problems
 
 # What a node snapshot observes (exit.watch, exit.allowed_changes): re-exported from here.
 from tasks.data.plan_watch import (  # noqa: F401
@@ -281,6 +282,20 @@ class Checkpointer(_Strict):
     kind: Literal["criu", "cedana"]
     interval_s: float = Field(gt=0, le=MAX_SECONDS, description="seconds, at most a week")
     keep: int = Field(default=3, ge=1, le=MAX_KEPT_CHECKPOINTS, description="≤ 1000")
+    # Where the images go: by default beside each copy under the PoC's folder (data_dir); a
+    # site names its shared file system or node-local scratch, where production would keep
+    # them (a restore reads them at that file system's speed). Its PoC folder is the PoC's
+    # own, as data_dir is: never walked by the exit snapshots.
+    images_dir: str | None = Field(
+        default=None, description="an absolute folder for the checkpoint images"
+    )
+
+    @field_validator("images_dir")
+    @classmethod
+    def _absolute(cls, value: str | None) -> str | None:
+        if value is not None and not Path(value).is_absolute():
+            raise ValueError(f"{value!r} is not an absolute path")
+        return value
 
 
 # What a decision rule may name: the plan's success criteria, and `exit` (every test node's
@@ -554,6 +569,20 @@ def cold_start_warnings(plan: Plan) -> list[str]:
     ]
 
 
+def prepare_size_problems(path: str, root: yaml.Node | None, plan: Plan) -> list[str]:
+    """Weights a prepare step writes that this node cannot hold (tasks/data/plan_sizes.py)."""
+    items = [
+        (f"workloads.{i}.prepare.{j}", (i, j), argv)
+        for i, w in enumerate(plan.workloads)
+        for j, argv in enumerate(w.prepare)
+    ]
+    said = size_problems([(field, argv) for field, _, argv in items], plan.data_dir)
+    where = {
+        field: file_line(path, root, ("workloads", i, "prepare", j)) for field, (i, j), _ in items
+    }
+    return [f"{where[line.split(':', 1)[0]]}: {line}" for line in said]
+
+
 def load_plan(
     path: str | Path, *, check_cluster: bool = True, now: dt.datetime | None = None
 ) -> Plan:
@@ -589,6 +618,8 @@ def load_plan(
     problems, warnings = check_uninstall_command(path, root, plan)
     warnings += [f"{path}: {line}" for line in date_warnings]
     warnings += [f"{path}: {line}" for line in cold_start_warnings(plan)]
+    if plan.cluster.kind == "local":  # the node is this machine: its disk and memory
+        problems += prepare_size_problems(path, root, plan)
     if check_cluster:
         more_problems, more_warnings = check_plan_against_cluster(path, root, plan)
         problems += more_problems

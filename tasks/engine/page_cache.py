@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,3 +96,29 @@ def prepare_cache(condition: str, files: Iterable[Path] = ()) -> CacheState:
     if condition == "warm":
         return CacheState("warm")
     return drop_page_cache(files)
+
+
+READ_CHUNK = 16 << 20
+
+
+def read_all(files: Iterable[Path]) -> int:
+    """Every byte of ``files``, READ_CHUNK at a time into one buffer (no copy kept)."""
+    total, buf = 0, bytearray(READ_CHUNK)
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                total += n
+    return total
+
+
+def raw_read(files: list[Path], condition: str) -> tuple[float, int]:
+    """Seconds and bytes to read ``files`` end to end with the page cache as a restore of
+    them found it (``condition``: `warm` reads them once untimed; `dropped` drops them): the
+    physical limit a restore that reads the same bytes can approach."""
+    if condition == "warm":
+        read_all(files)
+    else:
+        drop_page_cache(files)
+    t0 = time.perf_counter()
+    total = read_all(files)
+    return time.perf_counter() - t0, total

@@ -56,6 +56,7 @@ from typing import Literal
 from tasks.data.plan_workload import ReadyProbe
 from tasks.engine.clock import EventRecorder
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
+from tasks.engine.paths import mount_fstype
 
 POLL_S = 0.01
 # In inotify mode: how often the probe reads the log even without an event (a lost or
@@ -112,35 +113,6 @@ def last_step_before(log: Path, size: int, regex: str | re.Pattern[str]) -> int 
         text = fh.read(size).decode("utf-8", "replace")
     steps = steps_in(text, pattern)
     return steps[-1] if steps else None
-
-
-def _unescape_mount(field: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def mount_fstype(path: Path, mountinfo: str = "/proc/self/mountinfo") -> str | None:
-    """The filesystem type ``path`` lives on (longest mount-point prefix); None if unknown.
-
-    Symlinks in the part of ``path`` that exists are resolved; the rest (a log or folder
-    not created yet) lies on the mount its deepest existing part is on, so it matches too.
-    """
-    p = os.path.realpath(path)
-    best, fstype = -1, None
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                left, sep, right = line.partition(" - ")
-                fields = left.split()
-                if not sep or len(fields) < 5 or not right.split():
-                    continue
-                mnt = _unescape_mount(fields[4])
-                prefix = mnt.rstrip("/") + "/"
-                # >=: a later line for the same mount point is mounted over the earlier one.
-                if (p == mnt or p.startswith(prefix)) and len(mnt) >= best:
-                    best, fstype = len(mnt), right.split()[0]
-    except OSError:
-        return None
-    return fstype
 
 
 def is_network_fs(fstype: str) -> bool:

@@ -34,7 +34,7 @@ from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.copies import CopyEnd, CopyRequest, WorkloadCopy
 from tasks.engine.clusters.registry import BUILT_KINDS, cluster_for
-from tasks.engine.paths import run_folder
+from tasks.engine.paths import checkpoint_folder, images_roots, run_folder
 from tasks.engine.prepared import prepare_workload, workload_argv, workload_ready_probe
 from tasks.engine.probes import LogProgressProbe, wait_ready
 
@@ -155,7 +155,7 @@ def run_side_by_side(
     recorder = EventRecorder(ctx)
     trial = "side-by-side"
     # What killed runs of this PoC left (their owners are gone; a live run's are not touched).
-    stale = clean_dead_roots(run_dir.parent)
+    stale = clean_dead_roots(*images_roots(plan, ctx))
     if stale:
         recorder.record(trial, "managed", "stale_checkpoints_removed", folders=stale)
     slots = {"unmanaged": plan.cluster.nodes[-1], "managed": plan.cluster.nodes[0]}
@@ -209,7 +209,7 @@ def _start_copies(
             copy_dir,
             workload_argv(plan, copy_dir),
             checkpoint=arm == "managed",  # the managed arm's opt-in
-            checkpoint_root=run_dir / "criu",
+            checkpoint_root=checkpoint_folder(plan, run_dir),
             start_timeout_s=timeout_s,
         )
         recorder.record(trial, arm, "launch", slot=slots[arm])

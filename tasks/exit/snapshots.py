@@ -143,7 +143,10 @@ def _check_node(plan: Plan, node: str) -> None:
 
 
 def _data_dirs(plan: Plan, ctx: RunContext) -> list[str]:
-    return sorted({str(Path(plan.data_dir).resolve()), str(ctx.data_dir)})
+    """The PoC's own folders, never walked: its data dir and its images_dir's PoC folder."""
+    images = plan.checkpointer.images_dir
+    own = {str(Path(plan.data_dir).resolve()), str(ctx.data_dir)}
+    return sorted(own | ({str(Path(images).resolve() / plan.poc)} if images else set()))
 
 
 def collect_on_slurm(

@@ -8,6 +8,7 @@ failed ones too, with CRIU's reason.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pandas as pd
@@ -17,6 +18,7 @@ from tasks.engine.clock import Event
 from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import workload_hash
 
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # CRIU's pages are the host's
 # The reason's prefix of a dump that failed because the workload ended while it was dumped.
 WORKLOAD_EXITED = "the workload exited during the dump: "
 
@@ -49,14 +51,17 @@ def checkpoint_rows(events: list[Event], plan: Plan, node: str) -> pd.DataFrame:
             "nodes": node,
             "workload_hash": workload_hash(plan),
         }
+        row.update(images_place(e))
         if e.event == "checkpoint_end":
             frozen = e.detail.get("frozen_us")
+            phases = dump_phases(e.detail)
             row.update(
                 status="ok",
                 dump_s=e.detail.get("dump_s"),
                 freeze_s=frozen / 1e6 if frozen is not None else None,
                 checkpoint_bytes=e.detail.get("image_bytes"),
-                **dump_phases(e.detail),
+                images_write_gbps=images_write_gbps(phases),
+                **phases,
             )
         else:
             tail = str(e.detail.get("log_tail", "")).strip().splitlines()
@@ -84,6 +89,21 @@ def dump_phases(detail: dict[str, Any]) -> dict[str, Any]:
         "dump_pages_scanned": detail.get("pages_scanned"),
         "dump_pages_written": detail.get("pages_written"),
     }
+
+
+def images_write_gbps(phases: dict[str, Any]) -> float | None:
+    """The pages CRIU wrote over its memory write time, GB/s (a dump's write throughput)."""
+    pages, seconds = phases.get("dump_pages_written"), phases.get("dump_memwrite_s")
+    if not pages or not seconds:
+        return None
+    return int(pages) * PAGE_BYTES / seconds / 1e9
+
+
+def images_place(event: Any) -> dict[str, Any]:
+    """Where a dump or restore event's images were, and on what file system (CRIU's
+    checkpointer puts both on its events)."""
+    detail = event.detail if event is not None else {}
+    return {"images_dir": detail.get("images"), "images_fs": detail.get("images_fs")}
 
 
 def restore_fork_s(restored: Any) -> float | None:

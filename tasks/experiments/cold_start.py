@@ -34,7 +34,7 @@ from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.registry import cluster_for
-from tasks.engine.paths import run_folder
+from tasks.engine.paths import images_roots, run_folder
 from tasks.experiments.backends.registry import STAGE_RUNNERS
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
 from tasks.experiments.clocks import same_clock_check
@@ -95,7 +95,7 @@ def run_cold_start(
     cluster = cluster_for(plan, run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
     rows: list[dict[str, Any]] = []
-    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
+    clean_dead_roots(*images_roots(plan, ctx))  # checkpoint folders killed runs left
     try:
         runs.preflight(plan, ctx, cluster)
         n = repeats or plan.cold_start.repeats or plan.repeats
@@ -147,7 +147,27 @@ def summarise_cold_start(trials: pd.DataFrame, plan: Plan) -> dict[str, Any]:
         else None
     )
     out["page_cache"] = sorted(ok["page_cache"].dropna().unique())
+    out["images"] = images_summary(restore)
     return out
+
+
+def images_summary(restores: pd.DataFrame) -> dict[str, Any] | None:
+    """Where the judged restores read their images, and their median restore GB/s beside
+    the median plain read of the same bytes (efficiency: restore / read; 1.0 is the limit)."""
+    rows = restores.dropna(subset=["restore_gbps"])
+    if not len(rows):
+        return None
+    raw = rows["raw_read_gbps"].dropna() if "raw_read_gbps" in rows else pd.Series(dtype=float)
+    restore_gbps = float(rows["restore_gbps"].median())
+    raw_gbps = float(raw.median()) if len(raw) else None
+    place = rows.iloc[0]
+    return {
+        "images_dir": place.get("images_dir") if isinstance(place.get("images_dir"), str) else None,
+        "images_fs": place.get("images_fs") if isinstance(place.get("images_fs"), str) else None,
+        "restore_gbps": restore_gbps,
+        "raw_read_gbps": raw_gbps,
+        "efficiency": restore_gbps / raw_gbps if raw_gbps else None,
+    }
 
 
 def plot_restore_throughput(trials: pd.DataFrame, summary: dict[str, Any], path: Path) -> Path:
@@ -239,6 +259,7 @@ def cold_start_result(
         run_dir=str(run.run_dir),
         workload=timed.name,
         ready_signal=ready_signal(timed),
+        images=run.summary.get("images"),
     )
 
 

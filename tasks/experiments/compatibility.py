@@ -39,7 +39,7 @@ from tasks.engine.checkpointers.criu import CriuCheckpointer, clean_dead_roots
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.process import MachineSlots, WorkloadProcess
 from tasks.engine.clusters.registry import BUILT_KINDS, process_slots
-from tasks.engine.paths import prepared_root, run_folder
+from tasks.engine.paths import images_folder, images_roots, prepared_root, run_folder
 from tasks.engine.preflight import log_tail
 from tasks.engine.probes import (
     LogProgressProbe,
@@ -98,6 +98,12 @@ class Sweep:
     cycles: int
     timeout_s: float
     prepared_root: Path  # data_dir/poc/prepared: each workload's {prepared} is a folder in it
+    images_dir: str | None = None  # the plan's checkpointer.images_dir
+
+    def images(self, copy: Copy) -> Path:
+        """Where a copy's checkpoint images go (tasks/engine/paths.images_folder)."""
+        poc_root = self.prepared_root.parent
+        return images_folder(copy.copy_dir, self.images_dir, poc_root.parent, poc_root.name)
 
     def copy(self, w: Workload, index: int, name: str) -> Copy:
         prepared = self.prepared_root / w.name
@@ -226,7 +232,7 @@ def _start_managed(sweep: Sweep, w: Workload, index: int, n: int) -> Managed:
     run_prepare(copy, sweep.timeout_s)
     trial = f"compat-{w.name}"
     criu = CriuCheckpointer(
-        copy.copy_dir / "criu",
+        sweep.images(copy),
         KEEP,
         sweep.recorder,
         trial,
@@ -551,7 +557,7 @@ def run_compatibility(
     chosen = chosen_workloads(plan, only)
     cluster = process_slots(list(plan.cluster.nodes), run_folder(ctx), Path.cwd())
     recorder = EventRecorder(ctx)
-    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
+    clean_dead_roots(*images_roots(plan, ctx))  # checkpoint folders killed runs left
     n = cycles or plan.compatibility.cycles
     sweep = Sweep(
         cluster,
@@ -561,6 +567,7 @@ def run_compatibility(
         n,
         timeout_s or plan.compatibility.timeout_s,
         prepared_root(plan.data_dir, plan.poc),
+        plan.checkpointer.images_dir,
     )
     sweeps: list[WorkloadSweep] = []
     try:

@@ -39,6 +39,7 @@ from tasks.data.datasets import CYCLE_MOMENTS
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.clusters.process import MachineSlots, WorkloadProcess
 from tasks.engine.clusters.reaper import descendants
+from tasks.engine.paths import mount_fstype
 from tasks.experiments.checkpoints import dump_phases
 
 POLL_S = 0.0005
@@ -63,6 +64,8 @@ class CycleRecord:
     dump_pages_scanned: int | None = None
     dump_pages_written: int | None = None
     image_bytes: int | None = None
+    images_dir: str | None = None
+    images_fs: str | None = None
     restore: str = "not tried"
     restore_s: float | None = None
     restore_fork_s: float | None = None
@@ -260,6 +263,7 @@ def _dumped(record: CycleRecord, point: Checkpoint) -> None:
     for column, value in dump_phases(dataclasses.asdict(point)).items():
         setattr(record, column, value)
     record.image_bytes = point.image_bytes + point.kept_bytes  # what a restore needs
+    record.images_dir, record.images_fs = str(point.path.parent), mount_fstype(point.path)
 
 
 def _end(

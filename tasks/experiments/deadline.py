@@ -20,12 +20,13 @@ import numpy as np
 import pandas as pd
 
 from tasks.data.datasets import TRIALS
-from tasks.data.plan import Plan, grace_of
+from tasks.data.plan import Plan, ReadyProbe, grace_of
 from tasks.data.store import read_dataset
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.process import slots_of
+from tasks.engine.paths import checkpoint_folder
 from tasks.engine.probes import wait_ready
 from tasks.experiments.compatibility_copy import free_port
 from tasks.experiments.trials import workload_hash
@@ -67,12 +68,14 @@ def run_deadline_sweep(
                 "--state-mb", str(size), "--init-steps", "10", "--warmup-rounds", "1",
             ]  # fmt: skip
             proc = slots.start(slot, "managed", argv, tag=f"{trial}-{repeat}")
-            criu = CriuCheckpointer(folder / "criu", 1, recorder, trial, timeout_s=timeout_s)
+            images = checkpoint_folder(plan, folder)
+            criu = CriuCheckpointer(images, 1, recorder, trial, timeout_s=timeout_s)
             try:
                 url = f"http://127.0.0.1:{port}/ready"
                 if not wait_ready(
-                    url, recorder, trial, "managed", timeout=timeout_s, alive=proc.alive
-                ):
+                    ReadyProbe(url=url), recorder, trial, "managed",
+                    timeout=timeout_s, alive=proc.alive,
+                ).ready:  # fmt: skip
                     failures.append(f"{trial}: the server was not ready within {timeout_s:.0f} s")
                     continue
                 criu.dump(proc, leave_running=False)

@@ -32,7 +32,7 @@ from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.registry import cluster_for
-from tasks.engine.paths import run_folder
+from tasks.engine.paths import images_roots, run_folder
 from tasks.experiments.backends.registry import STAGE_RUNNERS
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
 from tasks.experiments.clocks import same_clock_check
@@ -81,7 +81,7 @@ def run_overhead(
     cluster = cluster_for(plan, run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
     rows = []
-    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
+    clean_dead_roots(*images_roots(plan, ctx))  # checkpoint folders killed runs left
     try:
         runs.preflight(plan, ctx, cluster)
         for variant in variants:

@@ -37,7 +37,7 @@ from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.copies import CopyNeverStarted
 from tasks.engine.clusters.registry import BUILT_KINDS, cluster_for
-from tasks.engine.paths import run_folder
+from tasks.engine.paths import images_roots, run_folder
 from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, PreflightResult
 from tasks.experiments import trials as experiments
 from tasks.experiments.checkpoints import checkpoint_rows
@@ -169,7 +169,7 @@ def run_recovery(
         timeout_s,
         fault_timeout_s,
     )
-    clean_dead_roots(run_folder(ctx).parent)  # checkpoint folders killed runs left
+    clean_dead_roots(*images_roots(plan, ctx))  # checkpoint folders killed runs left
     rows: list[dict[str, Any]] = []
     stopped = None
     try:

@@ -36,7 +36,7 @@ from tasks.engine.paths import run_folder
 from tasks.engine.preflight import log_tail
 from tasks.engine.prepared import workload_argv
 from tasks.engine.probes import LogProgressProbe, compile_progress, last_step_before, steps_in
-from tasks.experiments.checkpoints import restore_fork_s
+from tasks.experiments.checkpoints import images_place, restore_fork_s
 from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import (
     LOG_TAIL,
@@ -135,6 +135,7 @@ def serve_and_measure(
         scheduling_s=span_s(m.detected, m.started),
         restore_s=span_s(m.started, back),
         restore_fork_s=restore_fork_s(m.restored),
+        **images_place(m.restored),
         warmup_s=span_s(back, serving),
         work_lost_s=lost_s,
         work_lost_gpu_h=lost_s * row["gpus"] / 3600,

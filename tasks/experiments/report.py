@@ -516,6 +516,14 @@ def cold_start_lines(result: ColdStartResult) -> list[str]:
             f"restore throughput: {fixed(fit['gbps'], 2)} GB/s ({fit['method']}, n={fit['n']})"
             + (f"; {fit['note']}" if fit.get("note") else "")
         )
+    images = result.images
+    if images:
+        lines.append(
+            f"images in {images['images_dir']} ({images['images_fs'] or 'file system unknown'}):"
+            f" restore {fixed(images['restore_gbps'], 2)} GB/s against a plain read of the same "
+            f"bytes at {fixed(images['raw_read_gbps'], 2)} GB/s (medians; efficiency "
+            f"{fixed(images['efficiency'], 2)}, 1.0 = as fast as reading them)"
+        )
     lines.append(f"page cache before each timed start: {', '.join(result.page_cache)}")
     return lines
 

@@ -224,6 +224,8 @@ class ColdStartResult(JsonForm):
     speedup_warm: Mapping[str, Any] | None = None
     workload: str = ""  # the workload timed (cold_start.workload)
     ready_signal: str = ""  # what ended both clocks: its ready probe, or its first progress line
+    # Where the images were, restore GB/s beside a plain read's (cold_start.images_summary).
+    images: Mapping[str, Any] | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ColdStartResult:
@@ -245,4 +247,5 @@ class ColdStartResult(JsonForm):
             speedup_warm=d.get("speedup_warm"),
             workload=str(d.get("workload", "")),
             ready_signal=str(d.get("ready_signal", "")),
+            images=d.get("images"),
         )

@@ -11,14 +11,15 @@ from __future__ import annotations
 import datetime as dt
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan, ReadyProbe
 from tasks.engine.clock import Event, EventRecorder, span_s
-from tasks.engine.page_cache import CacheState
+from tasks.engine.page_cache import CacheState, raw_read
 from tasks.engine.probes import LogProgressProbe, ready_line_regex, wait_ready
-from tasks.experiments.checkpoints import restore_fork_s
+from tasks.experiments.checkpoints import images_place, restore_fork_s
 from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import LOG_TAIL, workload_hash
 
@@ -176,7 +177,19 @@ def restored_numbers(
         "restore_fork_s": restore_fork_s(restored),
         "restore_warmup_s": span_s(back, ready),
         "restore_gbps": image_bytes / restore_s / 1e9 if restore_s > 0 else None,
+        **images_place(restored),
     }
+
+
+def raw_read_numbers(images: Path, page_cache: str) -> dict[str, Any]:
+    """After a restore, outside its clock: a plain read of the same images with the cache as
+    the restore found it (``raw_read_gbps``); nothing when the harness cannot see them (a
+    node's local scratch, from the harness's host)."""
+    files = sorted(images.glob("*.img"))  # the bytes checkpoint_bytes counts
+    if not files:
+        return {}
+    seconds, size = raw_read(files, page_cache)
+    return {"raw_read_gbps": size / seconds / 1e9 if seconds > 0 else None}
 
 
 def fail_starts(

@@ -38,6 +38,7 @@ from tasks.engine.checkpointers.criu_failure import criu_failure_cause
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
 from tasks.engine.clusters.reaper import RunReaper, kill_tree
+from tasks.engine.paths import mount_fstype
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -170,12 +171,21 @@ def remove_stale_checkpoints(
     return removed
 
 
-def clean_dead_roots(parent: Path, depth: int = 3) -> list[Path]:
-    """In every checkpoint root up to ``depth`` levels under ``parent`` whose owners are
-    all gone, remove what they left (with the ``keep`` the last owner wrote). A root a live
-    process holds, or whose lock cannot be taken here, is not touched."""
+# The events whose rows carry where the images are and on what file system.
+IMAGES_EVENTS = frozenset({"checkpoint_end", "checkpoint_failed", "restored", "restore_failed"})
+
+
+def clean_dead_roots(*parents: Path, depth: int = 3) -> list[Path]:
+    """In every checkpoint root up to ``depth`` levels under each of ``parents`` whose
+    owners are all gone, remove what they left (with the ``keep`` the last owner wrote). A
+    root a live process holds, or whose lock cannot be taken here, is not touched."""
     removed: list[Path] = []
-    locks = [lock for d in range(1, depth + 1) for lock in parent.glob("*/" * d + OWNERS_LOCK)]
+    locks = [
+        lock
+        for parent in parents
+        for d in range(1, depth + 1)
+        for lock in parent.glob("*/" * d + OWNERS_LOCK)
+    ]
     for lock in locks:
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
@@ -217,6 +227,7 @@ class CriuCheckpointer:
         harness_options: bool = True,
     ) -> None:
         self.root = root
+        self.images_fs = mount_fstype(root)  # a folder not made yet: its deepest parent's
         self.keep = keep
         # The workload's own CRIU options (plan: workload.criu, allow-listed there), after
         # the harness's: --tcp-close and --skip-in-flight unless ``harness_options`` is off
@@ -270,6 +281,8 @@ class CriuCheckpointer:
             self._release()
 
     def record(self, event: str, **detail: object) -> Event:
+        if event in IMAGES_EVENTS:  # where the images were written or read, on every row
+            detail = {"images": str(self.root), "images_fs": self.images_fs, **detail}
         return self._recorder.record(self._trial, self._arm, event, **detail)
 
     @staticmethod

@@ -33,7 +33,7 @@ def collect_files(col: Collector, obs: Observation) -> None:
     watch, data_dirs = obs.watch, obs.data_dirs
     skip = [str(col.path(s)) for s in (*NEVER_WALKED, *data_dirs)]
     for folder in data_dirs:
-        col.excluded(f"files:{folder}", "the plan's data folder: the PoC's own records")
+        col.excluded(f"files:{folder}", "the PoC's own folder: its records (data_dir) or images")
     for folder in watch.names_only:
         col.excluded(
             f"files:{folder}",

@@ -31,6 +31,7 @@ from tasks.engine.clusters.trial import (
     progress_event,
     restore_attempted,
 )
+from tasks.engine.paths import checkpoint_folder
 
 INCLUDES = "detection+scheduling+restore+warmup (local: scheduling is holding the slot again)"
 
@@ -58,7 +59,11 @@ class LocalRecovery:
         copy = t.handle = _Copy(self.cluster.start(t.node, t.arm, t.argv, tag=t.trial))
         if t.arm == "managed":
             copy.checkpointer = managed_checkpointer(
-                t.plan, t.copy_dir / "criu", t.recorder, t.trial, timeout_s=t.timeout_s
+                t.plan,
+                checkpoint_folder(t.plan, t.copy_dir),
+                t.recorder,
+                t.trial,
+                timeout_s=t.timeout_s,
             )
             copy.periodic = PeriodicCheckpoints(
                 copy.checkpointer, copy.process, t.plan.checkpointer.interval_s

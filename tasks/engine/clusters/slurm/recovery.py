@@ -26,6 +26,7 @@ from tasks.engine.clusters.trial import (
     progress_event,
     restore_attempted,
 )
+from tasks.engine.paths import checkpoint_folder
 
 INCLUDES = (
     "detection+scheduling+restore+warmup (slurm: detection by squeue poll; scheduling is "
@@ -170,7 +171,7 @@ class SlurmRecovery:
         rec, plan = t.recorder, t.plan
         assert t.launched is not None
         if t.arm == "managed":
-            point = CriuCheckpointer.last_complete_under(t.copy_dir / "criu")
+            point = CriuCheckpointer.last_complete_under(checkpoint_folder(t.plan, t.copy_dir))
             if point is None:
                 raise TrialFailed("no complete CRIU checkpoint before the fault")
             resume_step = held_step(t.log, point, t.regex)

@@ -10,6 +10,7 @@ from typing import Any
 
 from tasks.data.plan import Plan
 from tasks.engine.clock import Event, EventRecorder, span_s
+from tasks.engine.paths import checkpoint_folder
 
 
 def copy_spec(
@@ -24,7 +25,7 @@ def copy_spec(
         "node": plan.cluster.nodes[0],
         "log": str(copy_dir / "workload.log"),
         "events": str(copy_dir / "job-events.jsonl"),
-        "ckpt_root": str(copy_dir / "criu"),
+        "ckpt_root": str(checkpoint_folder(plan, copy_dir)),
         "interval_s": plan.checkpointer.interval_s,
         "keep": plan.checkpointer.keep,
         "checkpoint": checkpoint,

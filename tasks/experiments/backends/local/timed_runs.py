@@ -20,7 +20,7 @@ from tasks.engine.clock import EventRecorder, span_s
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.process import slots_of
 from tasks.engine.page_cache import prepare_cache
-from tasks.engine.paths import run_folder
+from tasks.engine.paths import checkpoint_folder, run_folder
 from tasks.engine.preflight import PREFLIGHT_TIMEOUT_S, log_tail
 from tasks.engine.prepared import (
     copy_port,
@@ -39,6 +39,7 @@ from tasks.experiments.timed_runs import (
     fill_progress_span,
     overhead_row,
     progress_regex,
+    raw_read_numbers,
     restored_numbers,
     wait_for_ready,
 )
@@ -75,7 +76,9 @@ def overhead_run_local(
         probe = LogProgressProbe(proc.log, plan.workload.progress_probe.log_regex, rec, trial, arm)
         probe.start()
         if arm == "managed" and variant == "checkpointing":
-            criu = managed_checkpointer(plan, copy_dir / "criu", rec, trial, timeout_s=timeout_s)
+            criu = managed_checkpointer(
+                plan, checkpoint_folder(plan, copy_dir), rec, trial, timeout_s=timeout_s
+            )
             periodic = PeriodicCheckpoints(criu, proc, plan.checkpointer.interval_s).start()
         deadline = time.monotonic() + timeout_s
         while proc.alive() and time.monotonic() < deadline:
@@ -153,7 +156,7 @@ def cold_start_pair_local(
             plan, trial, "managed", repeat, slot, COLD_START_INCLUDES["managed"]
         )
         criu = managed_checkpointer(
-            plan, copy_dir / "criu", rec, trial, keep=1, timeout_s=timeout_s
+            plan, checkpoint_folder(plan, copy_dir), rec, trial, keep=1, timeout_s=timeout_s
         )
         point = criu.dump(proc)  # the fully initialised copy
         slots.kill(proc)
@@ -179,6 +182,8 @@ def cold_start_pair_local(
                 restored=restored,
             )  # fmt: skip
         restore.update(restored_numbers(point.image_bytes, started, restored, ready))
+        cluster.stop_all()  # the restored copy: the read below is alone on the node
+        restore.update(raw_read_numbers(point.path, restore["page_cache"]))
     except (StartFailed, CriuError, CkptPocError) as exc:
         tail = log_tail(slots.log_path(slot, "unmanaged", trial))  # the restore writes on in it
         fail_starts([native, restore], rec, trial, exc, tail)

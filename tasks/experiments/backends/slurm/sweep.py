@@ -106,6 +106,7 @@ def _sweep_job(
         "workdir": str(cluster.workdir),
         # {prepared}: the PoC's folder, on the storage the node shares (data_dir).
         "prepared_root": str(prepared_root(plan.data_dir, plan.poc)),
+        "images_dir": plan.checkpointer.images_dir,
         "events": str(events),
         "result": str(result),
     }
@@ -160,6 +161,7 @@ def run_in_job(spec: dict[str, Any]) -> int:
         int(spec["cycles"]),
         float(spec["timeout_s"]),
         Path(spec["prepared_root"]),
+        spec.get("images_dir"),
     )
     try:
         out = sweep_workload(sweep, w, int(spec["index"]))

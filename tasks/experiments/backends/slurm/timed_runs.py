@@ -39,7 +39,7 @@ from tasks.engine.clusters.slurm.cluster import (
     SlurmJob,
 )
 from tasks.engine.clusters.slurm.spec import copy_spec, wait_job_event
-from tasks.engine.paths import run_folder
+from tasks.engine.paths import checkpoint_folder, run_folder
 from tasks.engine.preflight import log_tail
 from tasks.engine.prepared import (
     copy_port,
@@ -57,6 +57,7 @@ from tasks.experiments.timed_runs import (
     fill_progress_span,
     overhead_row,
     progress_regex,
+    raw_read_numbers,
     restored_numbers,
     timed_by_log,
     wait_for_ready,
@@ -285,7 +286,7 @@ def cold_start_pair_on_slurm(
         _wait_ended(cluster, job, timeout_s)
         probe.stop()
         rec.import_jsonl(events)
-        point = CriuCheckpointer.last_complete_under(copy_dir / "criu")
+        point = CriuCheckpointer.last_complete_under(checkpoint_folder(plan, copy_dir))
         if point is None:
             failed = rec.events(trial, "managed", "dump_failed")
             why = failed[-1].detail.get("reason") if failed else "no complete checkpoint"
@@ -332,6 +333,8 @@ def cold_start_pair_on_slurm(
             **_page_cache(rec, trial, "managed"),
             **node_fingerprint(rec, trial, "managed"),
         )
+        cluster.stop_all()  # the restore job: the read below is alone on the node
+        restore.update(raw_read_numbers(point.path, restore["page_cache"]))
     except JobNeverStarted:
         raise
     except (StartFailed, RunFailed, CriuError, CkptPocError) as exc:
