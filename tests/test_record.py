@@ -81,7 +81,9 @@ def build_poc(data_dir: Path, *, short_repeats: bool = True) -> None:
         for v in vals
     ]
     for t in rec:
-        t.update(detection_s=0.5, work_lost_s=100.0, clock="fault_injected→serving_again")
+        # Its parts: what the phases figure stacks (detection, scheduling, restore, warm-up).
+        parts = {"scheduling_s": 0.2, "restore_s": t["recovery_s"] - 1.0, "warmup_s": 0.3}
+        t.update(detection_s=0.5, work_lost_s=100.0, clock="fault_injected→serving_again", **parts)
     runs["rec-1"] = [(rec, TRIALS)]
     oh = []
     for pair, m in enumerate((101.0, 102.0, 103.0, 104.0)):
@@ -90,7 +92,10 @@ def build_poc(data_dir: Path, *, short_repeats: bool = True) -> None:
     runs["oh-1"] = [(oh, TRIALS)]
     cs = [trial("cold_start", "unmanaged", W2, ready_s=v) for v in (3.0, 3.2, 3.4)]
     cs += [
-        trial("cold_start", "managed", W2, ready_s=v, checkpoint_bytes=2_000_000_000)
+        trial(
+            "cold_start", "managed", W2, ready_s=v, checkpoint_bytes=2_000_000_000,
+            restore_s=v - 0.2, restore_fork_s=0.05, restore_warmup_s=0.2, raw_read_gbps=3.0,
+        )  # fmt: skip
         # Short of the plan's 3 restores when short_repeats: the run's own gate says so too.
         for v in ((1.0, 1.1) if short_repeats else (1.0, 1.1, 1.5))
     ]
@@ -402,6 +407,8 @@ FIGURE_TITLES = (
     "Goodput per arm per week, and the gain against the plan",
     "Cold start by checkpoint size, both clocks",
     "Steady-state overhead per A/B pair",
+    "Where the seconds go, per arm (medians of each phase)",
+    "Restore throughput against checkpoint size",
 )
 
 
@@ -445,8 +452,8 @@ def test_record_figures_in_the_html_as_inline_svg(figured: dict[str, Any]) -> No
     for i in (0, 1):
         group = re.search(rf'<g id="recovery-recovery-{i}">(.*?)</g>', rec, re.S)
         assert group and group.group(1).count("<use") == 6
-    # Five figures drawn in well under a second each (also on a loaded test machine).
-    assert figured["drawing_s"] < 5 * 2.0
+    # The figures drawn in well under a second each (also on a loaded test machine).
+    assert figured["drawing_s"] < len(FIGURE_TITLES) * 2.0
 
 
 def test_record_figures_embedded_in_the_pdf(figured: dict[str, Any], tmp_path: Path) -> None:

@@ -597,7 +597,7 @@ def test_a_figure_without_data_says_so_in_one_line() -> None:
 
     empty = frame([], TRIALS)
     charts = shared_charts(empty, weekly_goodput(frame([], UTILIZATION)), [], [])
-    assert len(charts) == 5
+    assert len(charts) == 7
     for c in charts:
         assert c.empty and not c.png and "\n" not in c.caption and "nothing to draw" in c.caption
 
