@@ -253,5 +253,7 @@ def test_images_go_to_the_plans_images_dir_and_every_row_says_where(
 def test_a_relative_images_dir_is_refused(tmp_path) -> None:
     data = demo_plan_dict()
     data["checkpointer"]["images_dir"] = "scratch/images"
-    with pytest.raises(PlanError, match="checkpointer.images_dir: 'scratch/images' is not an abs"):
+    with pytest.raises(
+        PlanError, match=r"checkpointer\.images_dir: 'scratch/images' is not an abs"
+    ):
         load_plan(_plan_file(tmp_path, data), check_cluster=False)
