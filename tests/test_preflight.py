@@ -141,7 +141,7 @@ def test_recovery_stops_after_its_first_trials_fail_alike(
     plan = load_plan(DEMO)
     assert plan.workload.app_checkpoint is not None
     fault_step = int(plan.workload.app_checkpoint.every_steps * 2.6)
-    command = [a if a != "400" else "60" for a in plan.workload.command or []]
+    command = [a if a != "300" else "60" for a in plan.workload.command or []]
     plan = _plan_with_command(tmp_path, command)
     # Recorded, then refused: the rows are on disk, and the run ends with the reason.
     with (
