@@ -56,13 +56,14 @@ from typing import Any
 
 from benchlib import code_version, proc_mib, self_peak_mib, write_record
 
-from tasks.data.plan import load_plan
+from tasks.data.plan import ReadyProbe, load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, find_criu
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local.cluster import LocalCluster
 from tasks.engine.clusters.process import WorkloadProcess
-from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
+from tasks.engine.probes import LogProgressProbe, last_step_before
+from tasks.engine.ready import wait_ready
 
 REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".run" / "bench"
@@ -402,7 +403,10 @@ def serve_run(b: Bench, mb: int, rep: int) -> dict[str, Any]:
         t0 = time.monotonic_ns()
         proc = start()
         t_call = time.monotonic_ns()
-        ok = wait_ready(url, b.recorder, trial, arm, timeout=180, poll_s=b.poll_s, alive=proc.alive)
+        ok = wait_ready(
+            ReadyProbe(url=url), b.recorder, trial, arm,
+            timeout=180, poll_s=b.poll_s, alive=proc.alive,
+        ).ready  # fmt: skip
         if not ok:
             alive = proc.alive()
             with contextlib.suppress(BenchError):

@@ -63,7 +63,8 @@ from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError, find_cr
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.local.cluster import LocalCluster
 from tasks.engine.clusters.process import WorkloadProcess
-from tasks.engine.probes import LogProgressProbe, StepSeen, _Inotify, last_step_before, wait_ready
+from tasks.engine.probes import LogProgressProbe, StepSeen, _Inotify, last_step_before
+from tasks.engine.ready import wait_ready
 from tasks.experiments.compatibility import is_service
 from tasks.experiments.compatibility_copy import Copy, make_copy, run_prepare
 from tasks.experiments.compatibility_cycle import (
@@ -247,17 +248,18 @@ def wait_step(
 
 
 def wait_service(bench: Bench, copy: Copy, proc: WorkloadProcess) -> bool:
-    if copy.ready_url is not None:
+    if copy.ready_probe is not None:
         trial = f"bench-{copy.workload.name}"
         return wait_ready(
-            copy.ready_url,
+            copy.ready_probe,
             bench.recorder,
             trial,
             "bench",
             timeout=bench.timeout_s,
             poll_s=POLL_S,
             alive=proc.alive,
-        )
+            log=proc.log,
+        ).ready
     if is_redis(copy.workload) and copy.port is not None:
         return redis_up(copy.port, proc, bench.timeout_s)
     raise Failed("a service with neither a ready_probe url nor Redis's PING")

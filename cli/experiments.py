@@ -116,7 +116,7 @@ def cold_start_cmd(
     speed-up with its CI, restore GB/s against checkpoint bytes (table and PNG)."""
     with command_body():
         from flows.cold_start import cold_start
-        from tasks.experiments.report import cold_start_lines
+        from tasks.experiments.report_cold_start import cold_start_lines
         from tasks.experiments.results import ColdStartResult
 
         result = cold_start(str(plan), repeats, timeout_s, wait_for_nodes=not no_wait)

@@ -23,7 +23,7 @@ from tasks.experiments.cold_start import (
     plot_restore_throughput,
     run_cold_start,
 )
-from tasks.experiments.report import cold_start_markdown
+from tasks.experiments.report_cold_start import cold_start_markdown
 from tasks.experiments.results import ColdStartResult
 from tasks.experiments.trials import write_and_gate
 

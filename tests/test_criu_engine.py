@@ -30,7 +30,8 @@ from tasks.engine.clock import EventRecorder, read_journal
 from tasks.engine.clusters.local.cluster import LocalCluster
 from tasks.engine.clusters.process import WorkloadProcess
 from tasks.engine.paths import run_folder
-from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
+from tasks.engine.probes import LogProgressProbe, last_step_before
+from tasks.engine.ready import wait_ready
 from tasks.engine.side_by_side import run_side_by_side
 from tests.conftest import REPO
 

@@ -19,7 +19,8 @@ import tasks.engine.probes as probes
 from tasks.data.plan import ReadyProbe, load_plan
 from tasks.data.runctx import make_run_context
 from tasks.engine.clock import EventRecorder
-from tasks.engine.probes import LogProgressProbe, last_step_before, wait_ready
+from tasks.engine.probes import LogProgressProbe, last_step_before
+from tasks.engine.ready import wait_ready
 from tests.conftest import REPO
 
 

@@ -16,7 +16,7 @@ import yaml
 from tasks.data.errors import PlanError
 from tasks.data.plan import ReadyProbe, load_plan
 from tasks.data.runctx import open_run
-from tasks.engine.probes import poll_ready
+from tasks.engine.ready import poll_ready
 from tests.conftest import demo_plan_dict
 
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from tasks.experiments.report import (
-    cold_start_markdown,
     recovery_markdown,
     recovery_verdicts,
     verdict_line,
 )
+from tasks.experiments.report_cold_start import cold_start_markdown
 from tasks.experiments.results import ColdStartResult, RecoveryResult
 
 

@@ -21,8 +21,8 @@ def test_side_by_side_demo_plan(cli, write_plan, tmp_path, criu_binary) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads(result.stdout)
     assert {a: r["last_step"] for a, r in summary["arms"].items()} == {
-        "managed": 400,
-        "unmanaged": 400,
+        "managed": 300,
+        "unmanaged": 300,
     }
     assert all(r["exited"] for r in summary["arms"].values())
     assert summary["checkpoints"] >= 2 and not summary["checkpoint_errors"]

@@ -32,8 +32,8 @@ from pydantic import (
 )
 
 from tasks.data.errors import PlanError
-from tasks.data.page_cache import JUDGED_CONDITION, PageCacheCondition
 from tasks.data.plan_cluster import check_slurm_nodes
+from tasks.data.plan_cold_start import MAX_RUNS, ColdStart, cold_start_warnings
 from tasks.data.plan_dates import ANCHOR, PlanDate, PlanDates, anchor_for, dates_of
 
 # The fault kinds, one model each (tasks/data/plan_faults.py): re-exported from here.
@@ -121,7 +121,6 @@ MIN_UTILIZATION_WEEKS = 4
 # Upper bounds no real PoC needs. Every number in a plan ends up in a sleep, a timer, a loop
 # count or a comparison; `.inf`, `.nan` or 1e300 there makes a thread die (OverflowError) or a
 # loop never end long after `plan check` said yes, so they are refused up front instead.
-MAX_RUNS = 10_000  # repeats, same-node baseline runs
 MAX_DAYS = 3650  # ten years of accounting history
 MAX_KEPT_CHECKPOINTS = 1000
 # A success threshold is seconds, GPU-hours, percent, a fraction or a factor: a million of
@@ -337,37 +336,6 @@ class DecisionRule(_Strict):
         return value
 
 
-class ColdStart(_Strict):
-    """The cold-start stage: the workload it times (the method times a server from launch
-    to ready to serve), the page-cache conditions it times, each with its own rows (a
-    warm native start flatters the native side, a warm image the restore), and the pairs
-    per condition. The plan's cold_start_speedup is judged on `dropped`, so it is always
-    one of them."""
-
-    workload: SafeName | None = Field(
-        default=None,
-        description="which of the plan's workloads is timed (default: the first with a "
-        "ready probe, else the first)",
-    )
-    page_cache: list[PageCacheCondition] = Field(
-        default_factory=lambda: [JUDGED_CONDITION], min_length=1, max_length=2
-    )
-    repeats: int | None = Field(
-        default=None, ge=3, le=MAX_RUNS, description="pairs per condition (default: repeats)"
-    )
-
-    @field_validator("page_cache")
-    @classmethod
-    def _judged_one_first(cls, value: list[str]) -> list[str]:
-        if len(set(value)) != len(value):
-            raise ValueError("names a condition twice")
-        if JUDGED_CONDITION not in value:
-            raise ValueError(
-                f"must include {JUDGED_CONDITION!r}: the cold_start_speedup verdict is judged on it"
-            )
-        return value
-
-
 class Plan(_Strict):
     poc: SafeName
     # `workloads:` lists every workload; `workload:` alone is its one-item form. Either way
@@ -555,20 +523,6 @@ def check_plan_against_cluster(
     return problems, []
 
 
-def cold_start_warnings(plan: Plan) -> list[str]:
-    """Cold start on a workload without a ready probe is timed to its first progress line:
-    allowed (a training job's start-up is a cold start too), said, as it is not the method's
-    "launch to ready to serve"."""
-    timed = plan.cold_start_workload
-    if timed.ready_probe is not None:
-        return []
-    return [
-        f"cold_start.workload: {timed.name} has no ready_probe, so cold start is timed to its "
-        "first progress line, not to ready to serve as the method defines it; give a serving "
-        "workload a ready_probe (url, tcp, exec or log) to time that"
-    ]
-
-
 def prepare_size_problems(path: str, root: yaml.Node | None, plan: Plan) -> list[str]:
     """Weights a prepare step writes that this node cannot hold (tasks/data/plan_sizes.py)."""
     items = [
@@ -617,7 +571,7 @@ def load_plan(
     )
     problems, warnings = check_uninstall_command(path, root, plan)
     warnings += [f"{path}: {line}" for line in date_warnings]
-    warnings += [f"{path}: {line}" for line in cold_start_warnings(plan)]
+    warnings += [f"{path}: {line}" for line in cold_start_warnings(plan.cold_start_workload)]
     if plan.cluster.kind == "local":  # the node is this machine: its disk and memory
         problems += prepare_size_problems(path, root, plan)
     if check_cluster:

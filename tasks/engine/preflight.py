@@ -17,7 +17,8 @@ from pathlib import Path
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan, ReadyProbe
 from tasks.engine.clock import EventRecorder
-from tasks.engine.probes import LogProgressProbe, poll_ready
+from tasks.engine.probes import LogProgressProbe
+from tasks.engine.ready import poll_ready
 
 PREFLIGHT_TIMEOUT_S = 60  # longer than any sane import-and-first-step; an exit ends it sooner
 TRIAL = "preflight"

@@ -36,7 +36,8 @@ from tasks.engine.clusters.copies import CopyEnd, CopyRequest, WorkloadCopy
 from tasks.engine.clusters.registry import BUILT_KINDS, cluster_for
 from tasks.engine.paths import checkpoint_folder, images_roots, run_folder
 from tasks.engine.prepared import prepare_workload, workload_argv, workload_ready_probe
-from tasks.engine.probes import LogProgressProbe, wait_ready
+from tasks.engine.probes import LogProgressProbe
+from tasks.engine.ready import wait_ready
 
 # Every backend that builds a cluster starts copies (the `Cluster` protocol).
 RUNS_ON = BUILT_KINDS

@@ -47,8 +47,8 @@ from tasks.engine.probes import (
     compile_progress,
     last_step_before,
     steps_in,
-    wait_ready,
 )
+from tasks.engine.ready import wait_ready
 from tasks.experiments.compatibility_copy import Copy, make_copy, run_prepare, run_query
 from tasks.experiments.compatibility_cycle import (
     CycleRecord,

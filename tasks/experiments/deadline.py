@@ -27,7 +27,7 @@ from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.process import slots_of
 from tasks.engine.paths import checkpoint_folder
-from tasks.engine.probes import wait_ready
+from tasks.engine.ready import wait_ready
 from tasks.experiments.compatibility_copy import free_port
 from tasks.experiments.trials import workload_hash
 

@@ -18,7 +18,8 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan, ReadyProbe
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.page_cache import CacheState, raw_read
-from tasks.engine.probes import LogProgressProbe, ready_line_regex, wait_ready
+from tasks.engine.probes import LogProgressProbe
+from tasks.engine.ready import ready_line_regex, wait_ready
 from tasks.experiments.checkpoints import images_place, restore_fork_s
 from tasks.experiments.clocks import clock_of
 from tasks.experiments.trials import LOG_TAIL, workload_hash

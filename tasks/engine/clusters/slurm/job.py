@@ -75,7 +75,7 @@ def _read_the_node(spec: dict[str, Any], recorder: EventRecorder) -> None:
 
         recorder.record(trial, arm, "node_fingerprint", **collect_fingerprint())
     if spec.get("ready_probe"):
-        import tasks.engine.probes  # noqa: F401  (loaded here: its import is in no clock)
+        import tasks.engine.ready  # noqa: F401  (loaded here: its import is in no clock)
     if spec.get("page_cache"):
         files = [Path(f) for f in spec.get("cache_files", [])]
         cache = prepare_cache(spec["page_cache"], files)
@@ -166,7 +166,7 @@ def _ask_ready_in_job(
     if not spec.get("ready_probe"):
         return None
     from tasks.data.plan_workload import ReadyProbe
-    from tasks.engine.probes import poll_ready
+    from tasks.engine.ready import poll_ready
 
     probe = ReadyProbe.model_validate(spec["ready_probe"])
     trial, arm = spec["trial_id"], spec["arm"]
