@@ -28,6 +28,29 @@ def demo_plan_dict() -> dict:
     return yaml.safe_load((REPO / "plans" / "demo.yaml").read_text())
 
 
+def _writer_recorders() -> set[int]:
+    """The writer recorders running on this machine (tasks/exit/writers/recorder.py)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if b"tasks.exit.writers.recorder" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.add(int(entry))
+    return found
+
+
+@pytest.fixture(autouse=True)
+def _no_writer_recorder_outlives_its_test() -> Iterator[None]:
+    """A test that takes a before_install snapshot and no after_uninstall one leaves its
+    recorder running (as a PoC stopped halfway does, until its way out): ended here, so the
+    suite does not pay for a fanotify reader per such test."""
+    before = _writer_recorders()
+    yield
+    for pid in _writer_recorders() - before:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 15)
+
+
 @pytest.fixture
 def write_plan(tmp_path: Path):
     """Write a plan (the demo plan with overrides) into tmp_path; data_dir points there too."""

@@ -538,6 +538,44 @@ COMPATIBILITY = DatasetSpec(
     ),
 )
 
+# The writer recorder (tasks/exit/writers), committed with the exit diff.
+WRITER_SIDES = ("poc", "node", "unresolved")
+WRITES = DatasetSpec(
+    name="writes",
+    doc="Each path changed while the writer recorder ran, per writer (exe, cgroup; no argv).",
+    key=("run_id", "node", "path", "writer_exe", "writer_cgroup", "side"),
+    week_from="first_at",
+    columns=(
+        *_RUN,
+        Column("node", S, False, doc="the machine the recorder ran on"),
+        Column("path", S, False, doc="'(unresolved)/NAME': its folder could not be resolved"),
+        Column("writer_exe", S),
+        Column("writer_cgroup", S),
+        Column("side", S, False, allowed=WRITER_SIDES),
+        Column("why", S, False),
+        Column("pid", I64, False, min=0, doc="the first writer's pid"),
+        Column("first_at", TS, False),
+        Column("last_at", TS, False),
+        Column("count", I64, False, min=1),
+        Column("what", S, False, doc="create, delete, modify, attrib, moved_from, moved_to"),
+        *_FP,
+    ),
+)
+WRITE_GAPS = DatasetSpec(
+    name="write_gaps",
+    doc="Every stretch the writer recorder could not attribute, with why: gaps are rows.",
+    key=("run_id", "node", "t_from", "reason"),
+    week_from="t_from",
+    columns=(
+        *_RUN,
+        Column("node", S, False),
+        Column("t_from", TS, False),
+        Column("t_to", TS, doc="null: to the end of the recording"),
+        Column("reason", S, False),
+        *_FP,
+    ),
+)
+
 DATASETS: dict[str, DatasetSpec] = {
     d.name: d
     for d in (
@@ -555,5 +593,7 @@ DATASETS: dict[str, DatasetSpec] = {
         EXIT_DIFF,
         EXIT_VERDICTS,
         COMPATIBILITY,
+        WRITES,
+        WRITE_GAPS,
     )
 }

@@ -30,13 +30,14 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.datasets import EVENTS, EXIT_DIFF, EXIT_VERDICTS
+from tasks.data.datasets import EVENTS, EXIT_DIFF, EXIT_VERDICTS, WRITE_GAPS, WRITES
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import AllowedChange, Plan
 from tasks.data.runctx import RunContext
 from tasks.data.store import read_dataset, write_dataset
 from tasks.exit.install import prefix_root
-from tasks.exit.snapshots import latest_snapshot, recheck_phase
+from tasks.exit.snapshots import allowed_changes, latest_snapshot, recheck_phase
+from tasks.exit.writers.service import LOCAL_HOST, WriterLog, recorder_folder
 
 NOT_COMPARED = ("error", "excluded")
 LEFTOVER_FIELDS = ("node", "kind", "key", "change", "before", "after")
@@ -55,6 +56,7 @@ CHECKPOINTER_FOOTPRINT: dict[str, tuple[tuple[str, str], ...]] = {
     "cedana": (),  # its known leftovers: tasks.engine.checkpointers.cedana_leftovers
 }
 KEY_ID_ROW = "processes:argv"
+MEMFD = "/memfd:"  # an anonymous executable's /proc/PID/exe
 
 
 class PartialSnapshotError(CkptPocError):
@@ -174,6 +176,10 @@ class Attribution:
     # Files added or changed on this node (a process run from one is not the node's own).
     new_files: frozenset[str] = field(default_factory=frozenset)
     before: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    # The writer recorder's rows by path (None: no recorder ran for this node), and whether
+    # it had a gap (then no change is the node's own by its writers).
+    writes: dict[str, list[dict[str, Any]]] | None = None
+    writer_gaps: tuple[str, ...] = ()
 
 
 def _poc_reason(item: dict[str, Any], at: Attribution) -> str | None:
@@ -190,12 +196,36 @@ def _poc_reason(item: dict[str, Any], at: Attribution) -> str | None:
     return None
 
 
+def _writers_say(item: dict[str, Any], at: Attribution) -> tuple[str, str] | None:
+    """(class, reason) of a file change by who wrote it (tasks/exit/writers): the PoC's when
+    any recorded write came from its side; the node's own when every one came from outside
+    it and the recorder had no gap; None (other checks decide) without a recorded write."""
+    if item["kind"] != "files" or at.writes is None:
+        return None
+    rows = at.writes.get(item["key"], [])
+    if not rows:
+        return None
+    poc = [r for r in rows if r["side"] == "poc"]
+    if poc:
+        r = poc[0]
+        return "poc", f"written by the PoC's {r['writer_exe']} (pid {r['pid']}: {r['why']})"
+    if at.writer_gaps or any(r["side"] != "node" for r in rows):
+        return None
+    said = "; ".join(
+        f"{r['writer_exe']}, pid {r['pid']}, cgroup {r['writer_cgroup']} ({r['count']} {r['what']})"
+        for r in rows[:3]
+    )
+    return "node_own", f"written by {said}: not the PoC's"
+
+
 def _process_is_nodes(item: dict[str, Any], at: Attribution) -> str | None:
     """A process (or socket) with no PoC marker, run from no new, changed or deleted file."""
     if item["kind"] not in PROCESS_KINDS:
         return None
     facts = [_process_value(v) for v in (item["before"], item["after"]) if v is not None]
-    if not facts or any(f.get("poc") or f.get("exe_deleted") for f in facts):
+    # A memfd executable reads as deleted: it was never a file on the node to be left behind.
+    deleted = [f for f in facts if f.get("exe_deleted") and not str(f.get("exe")).startswith(MEMFD)]
+    if not facts or deleted or any(f.get("poc") for f in facts):
         return None
     exes = {f.get("exe") for f in facts}
     if None in exes or exes & at.new_files:
@@ -216,6 +246,9 @@ def classify(item: dict[str, Any], at: Attribution) -> tuple[str, str]:
         return "node_own", f"ended: a PoC process running before the install ({why})"
     if why is not None:
         return "poc", why
+    by_writer = _writers_say(item, at)
+    if by_writer is not None:
+        return by_writer
     if at.control_node is not None and item["node"] == at.control_node:
         return "node_own", "on the control node (exit.control_node), never installed on"
     if (item["kind"], item["key"], item["change"]) in at.mirrored:
@@ -306,9 +339,15 @@ def diff_and_attribute(
     """Each node's differences that the plan does not allow, each with its ``class`` and
     ``reason``. ``data_dir``: where the install's `installed` events are read."""
     diffs = {
-        node: diff_snapshots(p.before, p.after, list(plan.exit.allowed_changes), node)
+        node: diff_snapshots(p.before, p.after, allowed_changes(plan), node)
         for node, p in pairs.items()
     }
+    writer_log = WriterLog.read(recorder_folder(plan), LOCAL_HOST)  # None: none ran
+    writes: dict[str, list[dict[str, Any]]] | None = None
+    if writer_log is not None:
+        writes = {}
+        for row in writer_log.rows:
+            writes.setdefault(row["path"], []).append(row)
     control = plan.exit.control_node
     footprint = tuple(install_footprint(plan, data_dir, plan.poc))
     mirrored = frozenset((x["kind"], x["key"], x["change"]) for x in diffs.get(control or "", []))
@@ -325,6 +364,8 @@ def diff_and_attribute(
                 x["key"] for x in found if x["kind"] == "files" and x["change"] != "removed"
             ),
             before=_items(pair.before),
+            writes=writes if plan.cluster.kind == "local" else None,
+            writer_gaps=tuple(g["reason"] for g in writer_log.gaps) if writer_log else (),
         )
         for item in found:
             item["class"], item["reason"] = classify(item, at)
@@ -353,6 +394,7 @@ def exit_diff(plan: Plan, ctx: RunContext, from_phase: str, to_phase: str) -> di
     (``exit_verdicts``); return {verdict, leftovers, node_own, nodes, …}. The caller commits."""
     pairs = _pairs(ctx, plan, from_phase, to_phase)
     diffs = diff_and_attribute(plan, pairs, ctx.data_dir)
+    write_writer_log(ctx, WriterLog.read(recorder_folder(plan), LOCAL_HOST))
     nodes = {node: _node_info(node, pairs[node], found) for node, found in diffs.items()}
     everything = [x for found in diffs.values() for x in found]
     diffed_at = pd.Timestamp(dt.datetime.now(dt.UTC))
@@ -368,6 +410,26 @@ def exit_diff(plan: Plan, ctx: RunContext, from_phase: str, to_phase: str) -> di
         "from_phase": from_phase,
         "to_phase": to_phase,
     }
+
+
+def write_writer_log(ctx: RunContext, log: WriterLog | None) -> None:
+    """The recorder's rows and gaps as the run's ``writes`` and ``write_gaps``."""
+    if log is None:
+        return
+    for rows, spec in ((log.rows, WRITES), (log.gaps, WRITE_GAPS)):
+        if not rows:
+            continue
+        df = pd.DataFrame(rows)
+        df["node"] = log.host
+        for column, value in ctx.stamp().items():
+            df[column] = value
+        for column in ("first_at", "last_at", "t_from", "t_to"):
+            if column in df:
+                df[column] = pd.to_datetime(df[column], utc=True, format="ISO8601")
+        write_dataset(
+            df[spec.column_names], spec, data_dir=ctx.data_dir, poc=ctx.poc,
+            run_id=ctx.run_id, metadata=ctx.file_metadata,
+        )  # fmt: skip
 
 
 def _write(

@@ -41,21 +41,24 @@ from tasks.baseline.pseudonym import KEY_ENV, Pseudonymiser, load_pseudonym_key
 from tasks.data.datasets import SNAPSHOTS
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.jsonform import JsonForm
-from tasks.data.plan import Plan, Watch
+from tasks.data.plan import AllowedChange, Plan, Watch
 from tasks.data.runctx import REPO_ROOT, RunContext
 from tasks.data.store import read_dataset, write_dataset
 from tasks.exit.collectors import COLLECTORS, Collector, Observation
 from tasks.exit.collectors.base import ProcessTable
+from tasks.exit.collectors.files import NEVER_WALKED
 from tasks.exit.collectors.processes import (
     COLLECTOR_MODULE,
     READS_PROCESS_TABLE,
     read_processes,
 )
 from tasks.exit.install import prefix_root
+from tasks.exit.writers.service import RECORDER_ALLOWED, start_recorder, stop_recorder
 
 SRUN_TIMEOUT_S = 600
 # The phase whose snapshot is taken a second time, exit.recheck_after_s later, and its name.
 RECHECKED_PHASE = "after_uninstall"
+INSTALL_PHASE = "before_install"  # the writer recorder starts once it is taken
 RECHECK_SUFFIX = ".recheck"
 
 
@@ -68,9 +71,14 @@ def poc_paths() -> tuple[str, ...]:
     return (str(REPO_ROOT), str(prefix_root()))
 
 
+def allowed_changes(plan: Plan) -> list[AllowedChange]:
+    """The plan's allowed changes and the harness's own (the writer recorder's process)."""
+    return [*plan.exit.allowed_changes, RECORDER_ALLOWED]
+
+
 def argv_rules(plan: Plan) -> tuple[str, ...]:
-    """The plan's allowed argv globs, matched by the processes collector on the node."""
-    return tuple(a.argv for a in plan.exit.allowed_changes if a.argv is not None)
+    """The allowed argv globs, matched by the processes collector on the node."""
+    return tuple(a.argv for a in allowed_changes(plan) if a.argv is not None)
 
 
 def plan_pseudonymiser(plan: Plan) -> Pseudonymiser:
@@ -215,6 +223,10 @@ def take_snapshots(
     if phase == RECHECKED_PHASE and plan.exit.recheck_after_s > 0:
         time.sleep(plan.exit.recheck_after_s)
         _snapshot_nodes(plan, ctx, recheck_phase(phase), nodes)
+    if phase == INSTALL_PHASE:  # from here to the recheck, every write has its writer
+        start_recorder(plan, [*_data_dirs(plan, ctx), *NEVER_WALKED], list(poc_paths()))
+    elif phase == RECHECKED_PHASE:
+        stop_recorder(plan)
     return out
 
 

@@ -43,7 +43,7 @@ def _proc_ids() -> list[int]:
     return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
 
 
-def _env_markers(base: str) -> list[str]:
+def env_markers(base: str) -> list[str]:
     """The PoC marker variables in the process's environment: names only, values unread
     (save a Slurm job's name, checked against the PoC's prefix and dropped)."""
     try:
@@ -96,7 +96,7 @@ def _read_proc(pid: int) -> ProcessInfo | None:
         "comm": comm,
         "uid": uid,
         "cwd": cwd,
-        "env_markers": _env_markers(base),
+        "env_markers": env_markers(base),
     }
 
 

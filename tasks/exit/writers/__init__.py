@@ -1,0 +1,1 @@
+"""Who wrote what on an install node between the before_install and after_uninstall snapshots."""
