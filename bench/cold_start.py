@@ -40,8 +40,8 @@ from benchlib import REPO, code_version, self_peak_mib, write_record
 sys.path.insert(0, str(REPO))
 from tasks.data.plan import load_plan
 from tasks.data.runctx import make_run_context
+from tasks.engine.prepared import free_port
 from tasks.experiments.cold_start import run_cold_start
-from tasks.experiments.compatibility_copy import free_port
 
 MIB = 1 << 20
 

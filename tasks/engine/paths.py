@@ -82,14 +82,17 @@ def _unescape_mount(field: str) -> str:
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def mount_fstype(path: Path, mountinfo: str = "/proc/self/mountinfo") -> str | None:
-    """The filesystem type ``path`` lives on (longest mount-point prefix); None if unknown.
+def mount_point(
+    path: str | Path, mountinfo: str = "/proc/self/mountinfo"
+) -> tuple[str, str | None]:
+    """The mount ``path`` lies on (the longest mount-point prefix) and its file system type;
+    ("/", None) when mountinfo cannot be read.
 
     Symlinks in the part of ``path`` that exists are resolved; the rest (a log or folder
     not created yet) lies on the mount its deepest existing part is on, so it matches too.
     """
     p = os.path.realpath(path)
-    best, fstype = -1, None
+    best, fstype = "/", None
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -100,8 +103,13 @@ def mount_fstype(path: Path, mountinfo: str = "/proc/self/mountinfo") -> str | N
                 mnt = _unescape_mount(fields[4])
                 prefix = mnt.rstrip("/") + "/"
                 # >=: a later line for the same mount point is mounted over the earlier one.
-                if (p == mnt or p.startswith(prefix)) and len(mnt) >= best:
-                    best, fstype = len(mnt), right.split()[0]
+                if (p == mnt or p.startswith(prefix)) and len(mnt) >= len(best):
+                    best, fstype = mnt, right.split()[0]
     except OSError:
-        return None
-    return fstype
+        return "/", None
+    return best, fstype
+
+
+def mount_fstype(path: Path, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The file system type ``path`` lives on (mount_point); None if unknown."""
+    return mount_point(path, mountinfo)[1]

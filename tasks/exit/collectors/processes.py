@@ -137,8 +137,12 @@ def own_tree(procs: ProcessTable) -> set[int]:
     return own
 
 
-def _under(path: str, folders: tuple[str, ...]) -> bool:
-    return bool(path) and any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+def under(path: str | None, folders: tuple[str, ...]) -> bool:
+    """Whether ``path`` is one of ``folders`` or lies beneath one."""
+    return bool(path) and any(
+        path == f or path.startswith(f.rstrip("/") + "/")  # type: ignore[union-attr]
+        for f in folders
+    )
 
 
 def _own_markers(info: ProcessInfo, obs: Observation) -> list[str]:
@@ -149,9 +153,9 @@ def _own_markers(info: ProcessInfo, obs: Observation) -> list[str]:
     run_from = [info["exe"], *argv[:1]]
     if argv and any(fnmatch.fnmatchcase(os.path.basename(argv[0]), p) for p in _INTERPRETERS):
         run_from += [a for a in argv[1:2] if not a.startswith("-")]
-    if any(_under(p, folders) for p in run_from):
+    if any(under(p, folders) for p in run_from):
         found.append("runs-from:poc-folder")
-    if _under(info.get("cwd", ""), tuple(obs.data_dirs)):
+    if under(info.get("cwd", ""), tuple(obs.data_dirs)):
         found.append("cwd:data-folder")
     return found
 

@@ -23,7 +23,8 @@ import os
 import struct
 from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
+
+from tasks.engine.paths import mount_point
 
 # <linux/fanotify.h>
 FAN_CLASS_NOTIF = 0x0
@@ -118,21 +119,6 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
-def mount_of(path: str) -> str:
-    """The mount point ``path`` lies on (its longest mountinfo prefix)."""
-    real = os.path.realpath(path)
-    best = "/"
-    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as fh:
-        for line in fh:
-            fields = line.split(" - ")[0].split()
-            if len(fields) < 5:
-                continue
-            mnt = fields[4].replace("\\040", " ")
-            if (real == mnt or real.startswith(mnt.rstrip("/") + "/")) and len(mnt) > len(best):
-                best = mnt
-    return best
-
-
 def _fsid_of(path: str) -> tuple[int, int]:
     """statfs's f_fsid as the two ints fanotify reports (glibc packs them into one)."""
     packed = os.statvfs(path).f_fsid
@@ -163,7 +149,7 @@ class FanotifyGroup:
         self.mounts: dict[tuple[int, int], int] = {}  # fsid → a directory fd on that file system
         self.marked: list[str] = []
         self.refused: list[str] = []  # "mount: why": file systems it could not mark (gaps)
-        for mount in sorted({mount_of(p) for p in paths if os.path.exists(p)}):
+        for mount in sorted({mount_point(p)[0] for p in paths if os.path.exists(p)}):
             self._mark(mount)
         self._dirs: OrderedDict[bytes, str] = OrderedDict()
 
@@ -270,8 +256,3 @@ def _handle(record: bytes) -> tuple[bytes, bytes]:
     size, _type = _HANDLE_HEAD.unpack_from(record, 0)
     end = _HANDLE_HEAD.size + size
     return record[:end], record[end:]
-
-
-def watched_mounts(paths: list[str]) -> list[str]:
-    """The mount points a group over ``paths`` would mark (for a plan check or a report)."""
-    return sorted({mount_of(p) for p in paths if Path(p).exists()})

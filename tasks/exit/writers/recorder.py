@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from tasks.exit.collectors.processes import under
 from tasks.exit.writers.fanotify import FanotifyGroup, FanotifyUnavailable, FileEvent
 from tasks.exit.writers.lineage import Lineage, LineageUnavailable, ProcInfo, read_proc
 
@@ -48,13 +49,6 @@ LOG_NAME = "writers.json"
 
 def _now() -> str:
     return dt.datetime.now(dt.UTC).isoformat()
-
-
-def _under(path: str | None, folders: tuple[str, ...]) -> bool:
-    return bool(path) and any(
-        path == f or path.startswith(f.rstrip("/") + "/")  # type: ignore[union-attr]
-        for f in folders
-    )
 
 
 @dataclass(frozen=True)
@@ -94,7 +88,7 @@ def writer_of(
             why = f"the harness's process {proc.pid}"
         elif proc.markers:
             why = f"PoC marker {', '.join(proc.markers)}"
-        elif ran := next((w for w in (proc.exe, *proc.run_from) if _under(w, poc_folders)), None):
+        elif ran := next((w for w in (proc.exe, *proc.run_from) if under(w, poc_folders)), None):
             why = f"runs {ran} from the PoC's folders"
         if why is not None:
             who = "itself" if proc is first else f"its ancestor {proc.exe} (pid {proc.pid})"
@@ -218,7 +212,7 @@ class WriterRecorder:
                     del self._execs[next(iter(self._execs))]
             return
         path = event.path if event.path is not None else f"(unresolved)/{event.name}"
-        if _under(event.path, self.skip):
+        if under(event.path, self.skip):
             return
         self.events += 1
         exec_path = self._execs.get(event.pid)
