@@ -28,25 +28,30 @@ def demo_plan_dict() -> dict:
     return yaml.safe_load((REPO / "plans" / "demo.yaml").read_text())
 
 
-def _writer_recorders() -> set[int]:
-    """The writer recorders running on this machine (tasks/exit/writers/recorder.py)."""
+def _writer_recorders(under: Path) -> set[int]:
+    """The writer recorders (tasks/exit/writers/recorder.py) whose spec is under ``under``:
+    this session's, not those of another suite or PoC on the machine."""
     found = set()
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError):
-                if b"tasks.exit.writers.recorder" in Path(f"/proc/{entry}/cmdline").read_bytes():
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+                if b"tasks.exit.writers.recorder" in argv and any(
+                    a.startswith(bytes(under)) for a in argv
+                ):
                     found.add(int(entry))
     return found
 
 
 @pytest.fixture(autouse=True)
-def _no_writer_recorder_outlives_its_test() -> Iterator[None]:
+def _no_writer_recorder_outlives_its_test(tmp_path_factory) -> Iterator[None]:
     """A test that takes a before_install snapshot and no after_uninstall one leaves its
     recorder running (as a PoC stopped halfway does, until its way out): ended here, so the
     suite does not pay for a fanotify reader per such test."""
-    before = _writer_recorders()
+    mine = tmp_path_factory.getbasetemp()
+    before = _writer_recorders(mine)
     yield
-    for pid in _writer_recorders() - before:
+    for pid in _writer_recorders(mine) - before:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 15)
 

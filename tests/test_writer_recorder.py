@@ -15,11 +15,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tasks.data.plan import load_plan
 from tasks.data.runctx import open_run
 from tasks.exit.exit_diff import Attribution, classify
 from tasks.exit.writers.recorder import WriterRecorder
-from tasks.exit.writers.service import WriterLog, start_recorder, stop_recorder
+from tasks.exit.writers.service import (
+    WriterLog,
+    read_writer_log,
+    recorder_folder,
+    start_recorders,
+    stop_recorders,
+)
 from tests.conftest import REPO
 
 
@@ -127,12 +135,13 @@ def test_a_recorder_killed_outright_leaves_a_gap(write_plan) -> None:
     path = write_plan()
     plan = load_plan(path, check_cluster=False)
     with open_run(plan, path, "snapshot"):
-        folder = start_recorder(plan, [plan.data_dir], [])
-    assert folder is not None
-    pid = int((folder / "recorder.pid").read_text())
+        started = start_recorders(plan, [plan.data_dir], [], [])
+    folder = recorder_folder(plan)
+    pid = started["local"]["pid"]
+    assert started["local"]["how"] == "its own session" and started["local"]["started"]
     os.kill(pid, signal.SIGKILL)
     assert _wait(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid))
-    log = stop_recorder(plan)
+    log = stop_recorders(plan)["local"]
     assert log is not None
     assert log.gaps[-1]["reason"].startswith("the recorder was not running")
     assert not (folder / "recorder.pid").exists()
@@ -204,7 +213,7 @@ def test_the_exit_verdict_names_each_changes_writer(write_plan, tmp_path: Path) 
     items = {x["key"]: x for x in [*diff["leftovers"], *diff["node_own"]]}
     for key in [*made, f"{made[2]}/f", gone]:
         item = items[key]
-        assert item["class"] == "node_own", item
+        assert item["class"] == "node_own", (key, item["reason"])
         assert (
             item["reason"].startswith("written by /usr/bin/") and "not the PoC's" in item["reason"]
         )
@@ -217,7 +226,58 @@ def test_the_exit_verdict_names_each_changes_writer(write_plan, tmp_path: Path) 
     assert set(writes[writes["path"] == made[0]]["side"]) == {"node"}
     # By its own marker or by its parent, this test's process (the harness, here).
     assert items[poc]["reason"].startswith("written by the PoC's /usr/bin/dash (pid ")
-    assert (
-        not stop_recorder(plan)
-        or not Path(f"{plan.data_dir}/{plan.poc}/writers/local/recorder.pid").exists()
+    assert not (recorder_folder(plan) / "recorder.pid").exists()  # stopped at the recheck
+    assert read_writer_log(plan, "local") is not None
+
+
+@pytest.mark.criu
+def test_a_file_a_restored_copy_writes_outside_its_folder_is_the_pocs(
+    tmp_path: Path, criu_binary: str
+) -> None:
+    """A workload copy dumped and restored by real CRIU (forked by CRIU, in its own PID
+    namespace) writes a file under /var/tmp after the restore: the PoC's, by its marker and
+    its restorer's ancestry."""
+    from tasks.data.runctx import make_run_context
+    from tasks.engine.checkpointers.criu import CriuCheckpointer
+    from tasks.engine.clock import EventRecorder
+    from tasks.engine.clusters.local.cluster import LocalCluster
+
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
     )
+    recorder = EventRecorder(make_run_context(plan, REPO / "plans" / "demo.yaml"))
+    cluster = LocalCluster(nodes=["local-a"], run_dir=tmp_path / "run", workdir=REPO)
+    trigger, out = tmp_path / "write-now", f"/var/tmp/ckpt-restored-{os.getpid()}"
+    code = (
+        "import pathlib, time\n"
+        f"while not pathlib.Path({str(trigger)!r}).exists(): time.sleep(0.05)\n"
+        f"pathlib.Path({out!r}).write_text('after the restore')\n"
+        "time.sleep(120)\n"
+    )
+    spec = {"node": "local", "out": str(tmp_path / "log"), "paths": ["/var/tmp"],
+            "skip": [str(tmp_path)], "poc_folders": [], "poc_pids": [], "flush_s": 0.5}  # fmt: skip
+    writers = WriterRecorder(spec)
+    stop = threading.Event()
+    thread = threading.Thread(target=writers.run, args=(stop,), daemon=True)
+    try:
+        proc = cluster.start("local-a", "managed", [sys.executable, "-c", code])
+        ckpt = CriuCheckpointer(tmp_path / "ckpt", keep=1, recorder=recorder, trial_id="w",
+                                binary=criu_binary)  # fmt: skip
+        ckpt.dump(proc)
+        cluster.kill(proc)
+        assert cluster.wait_gone(proc)
+        thread.start()  # its lineage starts after the copy's launch: only the restore is seen
+        assert _wait(lambda: (tmp_path / "log" / "writers.json").exists())
+        ckpt.restore(cluster, "local-a")
+        trigger.touch()
+        assert _wait(lambda: any(p == out for p, _ in writers.rows), 20)
+    finally:
+        stop.set()
+        thread.join(10)
+        assert cluster.stop_all() == []
+        cluster.close()
+        Path(out).unlink(missing_ok=True)
+    rows = [r for r in WriterLog.read(tmp_path / "log", "local").rows if r["path"] == out]
+    assert {r["side"] for r in rows} == {"poc"}, rows
+    assert any("PoC marker env:CKPT_POC_JOB" in r["why"] for r in rows), rows
+    assert all("python" in str(r["writer_exe"]) for r in rows), rows  # the restored image

@@ -5,7 +5,7 @@ Every item added, removed or changed between ``from_phase`` and ``to_phase`` tha
 also its argv glob, matched on the node: tasks.exit.collectors.processes) gets a class:
 
 - ``poc``: the PoC's — under its install prefix or its hook, a file its install recorded
-  (the `installed` events), the checkpointer's known footprint (CHECKPOINTER_FOOTPRINT; for
+  (the `installed` events), the checkpointer's known footprint (tasks/exit/footprint.py; for
   Cedana its known leftovers), a process or socket whose owner or an ancestor is the PoC's;
 - ``node_own``: the node's own life — on the control node (``exit.control_node``, never
   installed on), changed the same way there, transient (back as it was in the
@@ -35,26 +35,15 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import AllowedChange, Plan
 from tasks.data.runctx import RunContext
 from tasks.data.store import read_dataset, write_dataset
-from tasks.exit.install import prefix_root
+from tasks.exit.footprint import known_footprint
 from tasks.exit.snapshots import allowed_changes, latest_snapshot, recheck_phase
-from tasks.exit.writers.service import LOCAL_HOST, WriterLog, recorder_folder
+from tasks.exit.writers.service import WriterLog, host_of, read_writer_log, recorder_hosts
 
 NOT_COMPARED = ("error", "excluded")
 LEFTOVER_FIELDS = ("node", "kind", "key", "change", "before", "after")
 CLASSES = ("poc", "node_own", "unexplained")
 # Kinds whose items are a process (or a process's socket): attributed by its facts.
 PROCESS_KINDS = ("processes", "sockets")
-# What a checkpointer itself writes on a node, beyond what the install recorded: (kind, glob).
-CHECKPOINTER_FOOTPRINT: dict[str, tuple[tuple[str, str], ...]] = {
-    "criu": (
-        ("files", "/run/criu.kdat"),  # CRIU's kernel-feature cache
-        ("files", "/usr/lib/criu/*"),  # its plugins (CUDA, AMD)
-        ("packages", "criu"),
-        ("processes", "*/criu argv-*"),
-        ("processes", "*/criu-ns argv-*"),
-    ),
-    "cedana": (),  # its known leftovers: tasks.engine.checkpointers.cedana_leftovers
-}
 KEY_ID_ROW = "processes:argv"
 MEMFD = "/memfd:"  # an anonymous executable's /proc/PID/exe
 
@@ -197,12 +186,15 @@ def _poc_reason(item: dict[str, Any], at: Attribution) -> str | None:
 
 
 def _writers_say(item: dict[str, Any], at: Attribution) -> tuple[str, str] | None:
-    """(class, reason) of a file change by who wrote it (tasks/exit/writers): the PoC's when
-    any recorded write came from its side; the node's own when every one came from outside
-    it and the recorder had no gap; None (other checks decide) without a recorded write."""
-    if item["kind"] != "files" or at.writes is None:
+    """(class, reason) of a change to a file (of any kind keyed by its path) by who wrote it
+    (tasks/exit/writers): the PoC's when any recorded write came from its side; the node's
+    own when every one came from outside it and the recorder had no gap; None (other checks
+    decide) without a recorded write."""
+    key = str(item["key"])
+    path = key.removeprefix("file:")  # a unit file, cron file or scheduler config file too
+    if at.writes is None or not path.startswith("/"):
         return None
-    rows = at.writes.get(item["key"], [])
+    rows = at.writes.get(path, [])
     if not rows:
         return None
     poc = [r for r in rows if r["side"] == "poc"]
@@ -267,15 +259,9 @@ def classify(item: dict[str, Any], at: Attribution) -> tuple[str, str]:
 
 
 def install_footprint(plan: Plan, data_dir: Any, poc: str) -> list[tuple[str, str, str]]:
-    """(kind, glob, why) of what the PoC's install and checkpointer put on a node."""
-    root = str(prefix_root())
-    found = [
-        ("files", root, "the install's prefix root"),
-        ("files", f"{root}/{poc}", "the install's prefix"),
-        ("files", f"{root}/{poc}/*", "under the install's prefix"),
-        ("files", f"*/ckpt-poc-{poc}.conf", "the install's plugstack hook"),
-        ("scheduler", f"file:*/ckpt-poc-{poc}.conf", "the install's plugstack hook"),
-    ]
+    """(kind, glob, why) of what the PoC's install and checkpointer put on a node: the known
+    footprint (tasks/exit/footprint.py) and every file the install recorded."""
+    found = known_footprint(plan)
     events = read_dataset(EVENTS, data_dir=data_dir, poc=poc, columns=["event", "detail"])
     for detail in events.loc[events["event"] == "installed", "detail"].dropna():
         record = _process_value(str(detail))
@@ -283,15 +269,6 @@ def install_footprint(plan: Plan, data_dir: Any, poc: str) -> list[tuple[str, st
             found.append(("files", str(path), "written by the install (its installed event)"))
         if record.get("prefix"):
             found.append(("files", f"{record['prefix']}*", "under the recorded install prefix"))
-    kind = plan.checkpointer.kind
-    for fkind, glob in CHECKPOINTER_FOOTPRINT.get(kind, ()):
-        found.append((fkind, glob, f"the {kind} checkpointer's own footprint"))
-    if kind == "cedana" and plan.cluster.kind in ("slurm", "kubernetes"):
-        from tasks.engine.checkpointers.cedana_leftovers import expected_leftovers
-
-        for left in expected_leftovers(plan.cluster.kind):
-            why = f"Cedana's known leftover: {left['why']}"
-            found.append((left["kind"], left["key_glob"], why))
     return found
 
 
@@ -342,12 +319,7 @@ def diff_and_attribute(
         node: diff_snapshots(p.before, p.after, allowed_changes(plan), node)
         for node, p in pairs.items()
     }
-    writer_log = WriterLog.read(recorder_folder(plan), LOCAL_HOST)  # None: none ran
-    writes: dict[str, list[dict[str, Any]]] | None = None
-    if writer_log is not None:
-        writes = {}
-        for row in writer_log.rows:
-            writes.setdefault(row["path"], []).append(row)
+    logs = {host: read_writer_log(plan, host) for host in recorder_hosts(plan)}  # None: none ran
     control = plan.exit.control_node
     footprint = tuple(install_footprint(plan, data_dir, plan.poc))
     mirrored = frozenset((x["kind"], x["key"], x["change"]) for x in diffs.get(control or "", []))
@@ -364,12 +336,21 @@ def diff_and_attribute(
                 x["key"] for x in found if x["kind"] == "files" and x["change"] != "removed"
             ),
             before=_items(pair.before),
-            writes=writes if plan.cluster.kind == "local" else None,
-            writer_gaps=tuple(g["reason"] for g in writer_log.gaps) if writer_log else (),
+            **_writer_evidence(logs.get(host_of(plan, node) or "")),
         )
         for item in found:
             item["class"], item["reason"] = classify(item, at)
     return diffs
+
+
+def _writer_evidence(log: WriterLog | None) -> dict[str, Any]:
+    """The Attribution's writes (by path) and writer gaps from a node's recorder log."""
+    if log is None:
+        return {"writes": None, "writer_gaps": ()}
+    writes: dict[str, list[dict[str, Any]]] = {}
+    for row in log.rows:
+        writes.setdefault(row["path"], []).append(row)
+    return {"writes": writes, "writer_gaps": tuple(g["reason"] for g in log.gaps)}
 
 
 def _node_info(node: str, pair: NodePair, found: list[dict[str, Any]]) -> dict[str, Any]:
@@ -394,7 +375,8 @@ def exit_diff(plan: Plan, ctx: RunContext, from_phase: str, to_phase: str) -> di
     (``exit_verdicts``); return {verdict, leftovers, node_own, nodes, …}. The caller commits."""
     pairs = _pairs(ctx, plan, from_phase, to_phase)
     diffs = diff_and_attribute(plan, pairs, ctx.data_dir)
-    write_writer_log(ctx, WriterLog.read(recorder_folder(plan), LOCAL_HOST))
+    for host in recorder_hosts(plan):
+        write_writer_log(ctx, read_writer_log(plan, host))
     nodes = {node: _node_info(node, pairs[node], found) for node, found in diffs.items()}
     everything = [x for found in diffs.values() for x in found]
     diffed_at = pd.Timestamp(dt.datetime.now(dt.UTC))

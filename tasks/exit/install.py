@@ -156,6 +156,12 @@ def layout(plan: Plan, node: str, dropin_dir: Path | None = None) -> NodeLayout:
     return NODE_KINDS[plan.cluster.kind].layout(plan, node, dropin_dir)
 
 
+def manifest_path(plan: Plan, node: str) -> Path:
+    """Where install writes ``node``'s manifest (the hook's folder is not needed to say)."""
+    target_nodes(plan, [node])
+    return NODE_KINDS[plan.cluster.kind].layout(plan, node, Path("/")).manifest
+
+
 # --- running a step on a node ------------------------------------------------------------------
 
 

@@ -52,8 +52,9 @@ from tasks.exit.collectors.processes import (
     READS_PROCESS_TABLE,
     read_processes,
 )
+from tasks.exit.footprint import installed_globs
 from tasks.exit.install import prefix_root
-from tasks.exit.writers.service import RECORDER_ALLOWED, start_recorder, stop_recorder
+from tasks.exit.writers.service import RECORDER_ALLOWED, start_recorders, stop_recorders
 
 SRUN_TIMEOUT_S = 600
 # The phase whose snapshot is taken a second time, exit.recheck_after_s later, and its name.
@@ -72,8 +73,9 @@ def poc_paths() -> tuple[str, ...]:
 
 
 def allowed_changes(plan: Plan) -> list[AllowedChange]:
-    """The plan's allowed changes and the harness's own (the writer recorder's process)."""
-    return [*plan.exit.allowed_changes, RECORDER_ALLOWED]
+    """The plan's allowed changes and the harness's own (the writer recorder's process and
+    unit)."""
+    return [*plan.exit.allowed_changes, *RECORDER_ALLOWED]
 
 
 def argv_rules(plan: Plan) -> tuple[str, ...]:
@@ -224,9 +226,10 @@ def take_snapshots(
         time.sleep(plan.exit.recheck_after_s)
         _snapshot_nodes(plan, ctx, recheck_phase(phase), nodes)
     if phase == INSTALL_PHASE:  # from here to the recheck, every write has its writer
-        start_recorder(plan, [*_data_dirs(plan, ctx), *NEVER_WALKED], list(poc_paths()))
+        skip = [*_data_dirs(plan, ctx), *NEVER_WALKED]
+        start_recorders(plan, skip, list(poc_paths()), installed_globs(plan))
     elif phase == RECHECKED_PHASE:
-        stop_recorder(plan)
+        stop_recorders(plan)
     return out
 
 

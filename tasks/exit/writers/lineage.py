@@ -312,11 +312,30 @@ class Lineage:
                 self._table[pid] = entry
             return entry.info
 
+    def _image_now(self, pid: int) -> ProcInfo | None:
+        """``pid`` as :meth:`who` knows it; one known only from its fork (its parent's image)
+        and still alive is read from /proc now, keeping its parent at fork: an image can
+        change without an exec (CRIU's restore puts back the dumped one, its executable and
+        environment included)."""
+        with self._lock:
+            entry = self._table.get(pid)
+        if entry is None or entry.read_ns or entry.exited_at is not None:
+            return self.who(pid)
+        read_ns = time.monotonic_ns()
+        info = read_proc(pid)
+        if info is None or info.exited:
+            return entry.info
+        with self._lock:
+            if self._table.get(pid) is entry and not entry.read_ns:
+                entry.info = replace(info, ppid=entry.info.ppid)
+                entry.read_ns = read_ns
+            return self._table[pid].info if pid in self._table else info
+
     def ancestry(self, pid: int, limit: int = 64) -> list[ProcInfo]:
         """``pid`` first, then its parent, and so on up to pid 1 or the first unknown one."""
         chain: list[ProcInfo] = []
         visited: set[int] = set()
-        current = self.who(pid)
+        current = self._image_now(pid)
         while current is not None and len(chain) < limit and current.pid not in visited:
             chain.append(current)
             visited.add(current.pid)

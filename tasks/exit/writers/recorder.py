@@ -20,7 +20,8 @@ recorder killed outright leaves a log whose end is a gap.
 
 SPEC: {"node", "out", "paths" (what the snapshots watch), "skip" (folders never recorded:
 the PoC's data folders, /proc, /sys), "poc_folders" (an executable there is the PoC's),
-"poc_pids" (the harness's processes), "flush_s"}.
+"poc_pids" (the harness's processes), "installed_globs" and "manifests" (the install's
+executables and units: tasks/exit/writers/installed.py), "flush_s"}.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from typing import Any
 
 from tasks.exit.collectors.processes import under
 from tasks.exit.writers.fanotify import FanotifyGroup, FanotifyUnavailable, FileEvent
+from tasks.exit.writers.installed import InstalledSet
 from tasks.exit.writers.lineage import Lineage, LineageUnavailable, ProcInfo, read_proc
 
 FLUSH_S = 5.0
@@ -72,12 +74,17 @@ def is_loader(path: str) -> bool:
 
 
 def writer_of(
-    chain: list[ProcInfo], poc_pids: frozenset[int], poc_folders: tuple[str, ...]
+    chain: list[ProcInfo],
+    poc_pids: frozenset[int],
+    poc_folders: tuple[str, ...],
+    installed: InstalledSet | None = None,
 ) -> Writer:
     """Whose a write is, from its writer's ancestry (the writer first): the PoC's when it or
-    an ancestor is one of the harness's processes, carries a PoC marker, or runs an
-    executable from the PoC's folders; the node's when its whole known ancestry is none of
-    those; unresolved when the writer itself could not be read."""
+    an ancestor is one of the harness's processes, carries a PoC marker, runs an executable
+    from the PoC's folders, or runs an executable or in a unit the install created or
+    changed (``installed``: a daemon the install enabled has no PoC ancestry); the node's
+    when its whole known ancestry is none of those; unresolved when the writer itself could
+    not be read."""
     if not chain or (chain[0].exe is None and not chain[0].markers):
         pid = chain[0].pid if chain else "?"
         return Writer(None, None, "unresolved", f"pid {pid} gone before it could be read")
@@ -90,6 +97,9 @@ def writer_of(
             why = f"PoC marker {', '.join(proc.markers)}"
         elif ran := next((w for w in (proc.exe, *proc.run_from) if under(w, poc_folders)), None):
             why = f"runs {ran} from the PoC's folders"
+        elif installed is not None:
+            runs = (installed.owns_file(w) for w in (proc.exe, *proc.run_from))
+            why = next((f"runs {w}" for w in runs if w), None) or installed.owns_unit(proc.cgroup)
         if why is not None:
             who = "itself" if proc is first else f"its ancestor {proc.exe} (pid {proc.pid})"
             return Writer(first.exe, first.cgroup, "poc", f"{who}: {why}")
@@ -124,6 +134,9 @@ class WriterRecorder:
         self.poc_folders = tuple(str(p) for p in spec.get("poc_folders", ()))
         self.poc_pids = frozenset({os.getpid(), *map(int, spec.get("poc_pids", ()))})
         self.flush_s = float(spec.get("flush_s", FLUSH_S))
+        self.installed = InstalledSet(
+            tuple(spec.get("installed_globs", ())), tuple(spec.get("manifests", ()))
+        )
         self.started_at = _now()
         self.rows: dict[tuple[str, tuple[str | None, str | None, str]], Aggregate] = {}
         self.writers: dict[tuple[str | None, str | None, str], Writer] = {}
@@ -233,7 +246,8 @@ class WriterRecorder:
             elif first.exe != exec_path:
                 first = replace(first, exe=exec_path, run_from=(), markers=())
             chain = [first, *chain[1:]]
-        writer = writer_of(chain, self.poc_pids, self.poc_folders)
+        self.installed.refresh()  # a stat per manifest: an install may have just written it
+        writer = writer_of(chain, self.poc_pids, self.poc_folders, self.installed)
         key = (path, writer.key)
         at = _now()
         agg = self.rows.get(key)
