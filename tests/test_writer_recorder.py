@@ -20,6 +20,7 @@ import pytest
 from tasks.data.plan import load_plan
 from tasks.data.runctx import open_run
 from tasks.exit.exit_diff import Attribution, classify
+from tasks.exit.install import on_node
 from tasks.exit.writers.recorder import WriterRecorder
 from tasks.exit.writers.service import (
     WriterLog,
@@ -180,7 +181,8 @@ def test_the_exit_verdict_names_each_changes_writer(write_plan, tmp_path: Path) 
     """The way out on this machine, the recorder running from the before_install snapshot
     to the recheck: a foreign daemon's files (created, and one deleted, under /tmp, /var/tmp
     and /dev/shm) are the node's own with their writer named; a file a PoC-marked process
-    wrote and left is the PoC's."""
+    wrote and left, and one an install step wrote that the uninstall forgets, are the
+    PoC's."""
     from tasks.exit.exit_diff import exit_diff
 
     path = write_plan({"cluster.nodes": ["local-a"], "exit.recheck_after_s": 1})
@@ -196,21 +198,28 @@ def test_the_exit_verdict_names_each_changes_writer(write_plan, tmp_path: Path) 
     )
     subprocess.run(["setsid", "-f", "sh", "-c", script], check=True, env={"PATH": "/usr/bin:/bin"})
     assert _wait(lambda: Path(gone).exists())
-    poc = f"/var/tmp/{tag}-poc"
+    poc, forgotten = f"/var/tmp/{tag}-poc", f"/etc/{tag}.conf"
     try:
         _snapshots(plan, path, "before_install")
         go.touch()
         assert _wait(lambda: (tmp_path / "done").exists())
         marked = {"PATH": "/usr/bin:/bin", "CKPT_POC_JOB": "test"}
         subprocess.run(["sh", "-c", f"echo left > {poc}"], env=marked, check=True)
+        # An install step (the install's own path to the node) writes a file its uninstall
+        # will not remove.
+        (tmp_path / "conf").write_text("x\n")
+        step = ["install", "-m", "0644", str(tmp_path / "conf"), forgotten]
+        assert on_node(plan, "local-a", step).returncode == 0
         _snapshots(plan, path, "after_uninstall")  # and its recheck; the recorder stops
         with open_run(plan, path, "exit_diff") as ctx:
             diff = exit_diff(plan, ctx, "before_install", "after_uninstall")
     finally:
-        for p in [*made[:2], poc, gone]:
+        for p in [*made[:2], poc, gone, forgotten]:
             Path(p).unlink(missing_ok=True)
         shutil.rmtree(made[2], ignore_errors=True)
     items = {x["key"]: x for x in [*diff["leftovers"], *diff["node_own"]]}
+    assert items[forgotten]["class"] == "poc", items[forgotten]["reason"]
+    assert items[forgotten]["reason"].startswith("written by the PoC's /usr/bin/install (pid ")
     for key in [*made, f"{made[2]}/f", gone]:
         item = items[key]
         assert item["class"] == "node_own", (key, item["reason"])
