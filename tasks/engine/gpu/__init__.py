@@ -1,0 +1,1 @@
+"""GPU checkpointing: the CUDA driver's checkpoint API and the capability check."""
