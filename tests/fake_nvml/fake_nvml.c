@@ -21,6 +21,9 @@
  *   error <g> <function> <code>       that entry point returns <code> for that GPU
  *   lost <g> <n>                      from the n-th entry-point call on that GPU (1-based,
  *                                     every call counts), everything returns GPU_IS_LOST
+ *   driver <version>  |  cuda <int>   nvmlSystemGetDriverVersion, …GetCudaDriverVersion(_v2)
+ *   name <g> <words…>                 nvmlDeviceGetName (the rest of the line)
+ *   persistence <g> <0|1>  |  mig <g> <0|1>   nvmlDeviceGetPersistenceMode, …GetMigMode
  *
  * Like the driver (and unlike NVIDIA's mocknvml): timestamps are honoured (only samples
  * newer than lastSeenTimeStamp come back) and "nothing new" is NVML_ERROR_NOT_FOUND.
@@ -159,6 +162,8 @@ typedef struct fake_gpu {
     injected_t errors[MAX_ERRORS];
     long lost_at; /* 0: never */
     long calls;
+    char name[96];
+    int persistence, mig;
 } fake_gpu_t;
 
 typedef fake_gpu_t *nvmlDevice_t;
@@ -167,6 +172,8 @@ static fake_gpu_t gpus[MAX_GPUS];
 static int ngpus = 0;
 static int init_error = 0;
 static int initialized = 0;
+static char driver_version[80] = "580.159.03";
+static int cuda_version = 13000;
 
 static void die(const char *what, const char *line) {
     fprintf(stderr, "fake_nvml: bad scenario line (%s): %s\n", what, line);
@@ -196,6 +203,7 @@ static void load_scenario(void) {
     for (int g = 0; g < MAX_GPUS; g++) {
         gpus[g].index = g;
         snprintf(gpus[g].uuid, sizeof gpus[g].uuid, "GPU-fake-%d", g);
+        snprintf(gpus[g].name, sizeof gpus[g].name, "NVIDIA Fake GPU");
         gpus[g].minor = (unsigned)g;
     }
     ngpus = 0;
@@ -213,6 +221,10 @@ static void load_scenario(void) {
         if (!kw) continue;
         if (!strcmp(kw, "init_error")) {
             init_error = atoi(need(&save, copy));
+        } else if (!strcmp(kw, "driver")) {
+            snprintf(driver_version, sizeof driver_version, "%s", need(&save, copy));
+        } else if (!strcmp(kw, "cuda")) {
+            cuda_version = atoi(need(&save, copy));
         } else if (!strcmp(kw, "gpus")) {
             ngpus = atoi(need(&save, copy));
             if (ngpus < 0 || ngpus > MAX_GPUS) die("gpus", copy);
@@ -284,6 +296,15 @@ static void load_scenario(void) {
                 e->code = atoi(need(&save, copy));
             } else if (!strcmp(kw, "lost")) {
                 d->lost_at = atol(need(&save, copy));
+            } else if (!strcmp(kw, "name")) {
+                char *rest = strtok_r(NULL, "\r\n", &save);
+                if (!rest) die("name", copy);
+                while (*rest == ' ' || *rest == '\t') rest++;
+                snprintf(d->name, sizeof d->name, "%s", rest);
+            } else if (!strcmp(kw, "persistence")) {
+                d->persistence = atoi(need(&save, copy));
+            } else if (!strcmp(kw, "mig")) {
+                d->mig = atoi(need(&save, copy));
             } else {
                 die("unknown directive", copy);
             }
@@ -354,6 +375,47 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t d, char *uuid, unsigned int length) 
     if (strlen(d->uuid) + 1 > length) return E_INSUFFICIENT_SIZE;
     strcpy(uuid, d->uuid);
     return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t d, char *name, unsigned int length) {
+    nvmlReturn_t r = enter(d, "nvmlDeviceGetName");
+    if (r) return r;
+    if (!name) return E_INVALID_ARGUMENT;
+    if (strlen(d->name) + 1 > length) return E_INSUFFICIENT_SIZE;
+    strcpy(name, d->name);
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode) {
+    nvmlReturn_t r = enter(d, "nvmlDeviceGetPersistenceMode");
+    if (r) return r;
+    *mode = d->persistence;
+    return OK;
+}
+
+nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned int *current, unsigned int *pending) {
+    nvmlReturn_t r = enter(d, "nvmlDeviceGetMigMode");
+    if (r) return r;
+    *current = (unsigned)d->mig;
+    *pending = (unsigned)d->mig;
+    return OK;
+}
+
+nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length) {
+    if (!initialized) return E_UNINITIALIZED;
+    if (strlen(driver_version) + 1 > length) return E_INSUFFICIENT_SIZE;
+    strcpy(version, driver_version);
+    return OK;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *version) {
+    if (!initialized) return E_UNINITIALIZED;
+    *version = cuda_version;
+    return OK;
+}
+
+nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *version) {
+    return nvmlSystemGetCudaDriverVersion(version);
 }
 
 nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t d, unsigned int *minor) {
