@@ -6,8 +6,10 @@ check (scripts/gpu-check)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -99,3 +101,93 @@ def test_a_driver_without_the_toggle_is_named(tmp_path: Path) -> None:
     with pytest.raises(ToggleUnavailable, match="no CUDA driver library"):
         CudaDriver(str(tmp_path / "absent.so"))
     assert os.path.exists(old)
+
+
+# --- around a real CRIU dump and restore ---------------------------------------------------
+
+
+COUNTER = [
+    "python3", "-u", "-c",
+    "import time\nfor i in range(10**6):\n    print(f'step={i}', flush=True)\n    time.sleep(0.05)",
+]  # fmt: skip
+
+
+@pytest.fixture
+def gpu_engine(tmp_path: Path, criu_binary: str, fake_libcuda: Path, calls: Path):
+    from tasks.data.plan import load_plan
+    from tasks.data.runctx import make_run_context
+    from tasks.engine.checkpointers.criu import CriuCheckpointer
+    from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer
+    from tasks.engine.clock import EventRecorder
+    from tasks.engine.clusters.local.cluster import LocalCluster
+    from tasks.engine.gpu.capability import Capability, Gpu
+    from tests.conftest import REPO
+
+    plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(
+        update={"data_dir": str(tmp_path / "data")}
+    )
+    recorder = EventRecorder(make_run_context(plan, REPO / "plans" / "demo.yaml"))
+    cluster = LocalCluster(nodes=["local-a"], run_dir=tmp_path / "run", workdir=REPO)
+    h200 = (Gpu(0, "GPU-aaaa", "NVIDIA H200", 150754820096, True, False),)
+    here = Capability("580.159.03", 580, "13.0", "driver-api", h200, "6.18.0", False)
+    criu = CriuCheckpointer(tmp_path / "ckpt", keep=2, recorder=recorder, trial_id="g",
+                            binary=criu_binary)  # fmt: skip
+    gpu = GpuCriuCheckpointer(criu, here, CudaDriver(str(fake_libcuda)))
+    yield cluster, recorder, gpu
+    assert cluster.stop_all() == []
+    cluster.close()
+
+
+@pytest.mark.criu
+def test_contract_the_toggle_brackets_crius_dump_and_restore(
+    gpu_engine, calls: Path, monkeypatch
+) -> None:
+    """The driver API's calls around a real CRIU dump and restore of a real process, in the
+    order the issue names: lock and checkpoint before the dump, restore and unlock after it
+    (the copy runs on) and after CRIU's restore; each phase timed on a `gpu_phases` event."""
+    cluster, recorder, gpu = gpu_engine
+    proc = cluster.start("local-a", "managed", COUNTER)
+    time.sleep(0.5)
+    _read(calls)
+    ckpt = gpu.dump(proc)
+    assert _read(calls) == [
+        f"cuCheckpointProcessGetState pid={proc.pid}",
+        f"cuCheckpointProcessLock pid={proc.pid} timeoutMs=10000",
+        f"cuCheckpointProcessCheckpoint pid={proc.pid}",
+        f"cuCheckpointProcessRestore pid={proc.pid} gpuPairsCount=0",
+        f"cuCheckpointProcessUnlock pid={proc.pid}",
+    ]
+    dumped = recorder.events(event="gpu_phases")[-1].detail
+    assert list(dumped["phases"]) == ["lock", "gpu_to_host", "criu_dump", "host_to_gpu", "unlock"]
+    cluster.kill(proc)
+    assert cluster.wait_gone(proc)
+    monkeypatch.setenv("FAKE_LIBCUDA_NEW", "checkpointed")  # as the image was taken
+    back = gpu.restore(cluster, "local-a", ckpt)
+    assert _read(calls) == [
+        f"cuCheckpointProcessGetState pid={back.pid}",
+        f"cuCheckpointProcessRestore pid={back.pid} gpuPairsCount=0",
+        f"cuCheckpointProcessUnlock pid={back.pid}",
+    ]
+    restored = recorder.events(event="gpu_phases")[-1].detail
+    assert list(restored["phases"]) == ["criu_restore", "host_to_gpu", "unlock"]
+    assert back.alive()
+
+
+@pytest.mark.criu
+def test_a_checkpoint_of_another_gpu_is_refused_before_criu_runs(gpu_engine, calls) -> None:
+    cluster, recorder, gpu = gpu_engine
+    proc = cluster.start("local-a", "managed", COUNTER)
+    time.sleep(0.5)
+    ckpt = gpu.dump(proc)
+    cluster.kill(proc)
+    assert cluster.wait_gone(proc)
+    meta_path = ckpt.path / "gpu.json"
+    meta = json.loads(meta_path.read_text())
+    meta["capability"]["gpus"][0]["model"] = "NVIDIA A10"  # a copy of the metadata, edited
+    meta_path.write_text(json.dumps(meta))
+    _read(calls)
+    with pytest.raises(Exception, match="restore refused before CRIU ran: GPU model or count"):
+        gpu.restore(cluster, "local-a", ckpt)
+    assert _read(calls) == [] and not recorder.events(event="restore_start")
+    failed = recorder.events(event="restore_failed")[-1].detail
+    assert failed["cause"] == "gpu_mismatch" and "1 × NVIDIA A10" in failed["error"]

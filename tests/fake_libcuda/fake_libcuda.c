@@ -4,7 +4,9 @@
  * running) and CUDA_ERROR_ILLEGAL_STATE out of order. Every call is appended to the file
  * named by FAKE_LIBCUDA_LOG, one line each, so a test can assert the exact call order and
  * arguments. A pid listed in FAKE_LIBCUDA_UNSUPPORTED (comma-separated) answers
- * CUDA_ERROR_NOT_SUPPORTED at checkpoint, as the driver does for managed (UVM) memory. */
+ * CUDA_ERROR_NOT_SUPPORTED at checkpoint, as the driver does for managed (UVM) memory. A pid
+ * first seen while FAKE_LIBCUDA_NEW=checkpointed starts checkpointed: a process CRIU restored
+ * from an image taken in that state. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -38,7 +40,9 @@ static void logline(const char *fmt, ...) {
 static int *state_of(int pid) {
     for (int i = 0; i < npids; i++) if (pids[i] == pid) return &states[i];
     if (npids == 64) return NULL;
-    pids[npids] = pid; states[npids] = RUNNING;
+    const char *fresh = getenv("FAKE_LIBCUDA_NEW");
+    pids[npids] = pid;
+    states[npids] = fresh && !strcmp(fresh, "checkpointed") ? CHECKPOINTED : RUNNING;
     return &states[npids++];
 }
 
