@@ -4,14 +4,18 @@
  * running) and CUDA_ERROR_ILLEGAL_STATE out of order. Every call is appended to the file
  * named by FAKE_LIBCUDA_LOG, one line each, so a test can assert the exact call order and
  * arguments. A pid listed in FAKE_LIBCUDA_UNSUPPORTED (comma-separated) answers
- * CUDA_ERROR_NOT_SUPPORTED at checkpoint, as the driver does for managed (UVM) memory. A pid
- * first seen while FAKE_LIBCUDA_NEW=checkpointed starts checkpointed: a process CRIU restored
- * from an image taken in that state. */
+ * CUDA_ERROR_NOT_SUPPORTED at checkpoint, as the driver does for managed (UVM) memory; so does
+ * a process whose command line names cuMemAllocManaged (the GPU check's UVM program, which
+ * runs against this library too: cuCtxCreate_v2 and cuMemAllocManaged answer success). A pid
+ * first seen while FAKE_LIBCUDA_NEW=checkpointed starts checkpointed; so does one first seen
+ * while a checkpointed pid has gone (CRIU restored, under a new host pid, a process dumped in
+ * that state): it takes the gone one's place. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 enum { OK = 0, INVALID_VALUE = 1, NOT_INITIALIZED = 3, ILLEGAL_STATE = 401, NOT_SUPPORTED = 801 };
@@ -37,8 +41,16 @@ static void logline(const char *fmt, ...) {
     fclose(f);
 }
 
+static int gone(int pid) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d", pid);
+    return access(path, F_OK) != 0;
+}
+
 static int *state_of(int pid) {
     for (int i = 0; i < npids; i++) if (pids[i] == pid) return &states[i];
+    for (int i = 0; i < npids; i++)
+        if (states[i] == CHECKPOINTED && gone(pids[i])) { pids[i] = pid; return &states[i]; }
     if (npids == 64) return NULL;
     const char *fresh = getenv("FAKE_LIBCUDA_NEW");
     pids[npids] = pid;
@@ -46,9 +58,22 @@ static int *state_of(int pid) {
     return &states[npids++];
 }
 
+static int names_managed_memory(int pid) {
+    char path[64], buf[8192];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++) if (!buf[i]) buf[i] = ' ';
+    buf[n] = 0;
+    return strstr(buf, "cuMemAllocManaged") != NULL;
+}
+
 static int unsupported(int pid) {
     const char *list = getenv("FAKE_LIBCUDA_UNSUPPORTED");
     char buf[256];
+    if (names_managed_memory(pid)) return 1;
     if (!list) return 0;
     strncpy(buf, list, sizeof(buf) - 1); buf[sizeof(buf) - 1] = 0;
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ","))
@@ -126,4 +151,19 @@ CUresult cuCheckpointProcessUnlock(int pid, Reserved64 *args) {
     if (!s) return INVALID_VALUE;
     if (*s != LOCKED) return ILLEGAL_STATE;
     *s = RUNNING; return OK;
+}
+
+CUresult cuCtxCreate_v2(void **ctx, unsigned int flags, int dev) {
+    logline("cuCtxCreate_v2 flags=%u dev=%d", flags, dev);
+    static int token;
+    if (!ctx) return INVALID_VALUE;
+    *ctx = &token; return OK;
+}
+
+CUresult cuMemAllocManaged(uint64_t *ptr, size_t bytes, unsigned int flags) {
+    logline("cuMemAllocManaged bytes=%zu flags=%u", bytes, flags);
+    if (!ptr) return INVALID_VALUE;
+    void *p = malloc(bytes);
+    if (!p) return INVALID_VALUE;
+    *ptr = (uint64_t)(uintptr_t)p; return OK;
 }

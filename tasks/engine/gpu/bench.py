@@ -1,0 +1,168 @@
+"""What the GPU check (tasks/engine/gpu/check.py) sets up once and every measurement uses:
+where it writes, the clock's recorder, the local slots, the checkpointer, the driver, and
+how a row is kept. Plain Python: no Prefect, no Great Expectations, no pydantic."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.engine.checkpointers.criu import CriuCheckpointer
+from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer
+from tasks.engine.clock import EventRecorder
+from tasks.engine.clusters.local.cluster import LocalCluster
+from tasks.engine.gpu.capability import Capability
+from tasks.engine.gpu.driver import CudaDriver
+
+REPO = Path(__file__).resolve().parents[3]
+SLOT = "gpu-0"
+
+
+@dataclass
+class Bench:
+    """The check's shared state; ``rows`` every measurement, failures included."""
+
+    out: Path
+    capability: Capability
+    driver: CudaDriver | None
+    criu: str | None  # CRIU's binary when it runs here; None: the toggle alone
+    device: str  # "cuda" or, in the contract run on a CPU machine, "cpu"
+    python: str = sys.executable
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    recorder: EventRecorder = field(init=False)
+    cluster: LocalCluster = field(init=False)
+    _n: int = 0
+
+    def __post_init__(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.recorder = EventRecorder(None, jsonl=self.out / "events.jsonl")
+        self.cluster = LocalCluster(nodes=[SLOT], run_dir=self.out / "run", workdir=REPO)
+        self.plugins_off = self.out / "no-criu-plugins"  # the toggle is ours, not a plugin's
+        self.plugins_off.mkdir(exist_ok=True)
+
+    def row(self, step: str, ok: bool, **values: Any) -> dict[str, Any]:
+        """Keep one measurement (every run, never only the best) and return it."""
+        for key in ("phases", "detail"):
+            if key in values and not isinstance(values[key], str):
+                values[key] = json.dumps(values[key])
+        row = {"step": step, "ok": ok, "at": time.time(), **values}
+        self.rows.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "detail"}), flush=True)
+        return row
+
+    def checkpointer(self, name: str) -> GpuCriuCheckpointer:
+        """A fresh GPU checkpointer writing under ``out/images/name``."""
+        if self.criu is None:
+            raise RuntimeError("CRIU does not run here")
+        self._n += 1
+        root = self.out / "images" / f"{name}-{self._n}"
+        criu = CriuCheckpointer(
+            root,
+            keep=1,
+            recorder=self.recorder,
+            trial_id=name,
+            binary=self.criu,
+            dump_options=["--libdir", str(self.plugins_off)],
+            restore_options=["--libdir", str(self.plugins_off)],
+        )
+        return GpuCriuCheckpointer(criu, self.capability, self.driver)
+
+    def phases(self, trial: str, step: str) -> dict[str, float]:
+        """The newest ``gpu_phases`` of ``trial`` for ``step`` (dump | restore)."""
+        found = [
+            e.detail["phases"]
+            for e in self.recorder.events(event="gpu_phases")
+            if e.trial_id == trial and e.detail.get("step") == step
+        ]
+        return dict(found[-1]) if found else {}
+
+    def close(self) -> None:
+        self.cluster.stop_all()
+        self.cluster.close()
+
+
+def workload(module: str, *args: str) -> list[str]:
+    return [sys.executable, "-u", "-m", f"examples.gpu.{module}", *args]
+
+
+def gpu_memory_of(pid: int) -> int | None:
+    """The GPU memory NVML says ``pid`` uses (bytes), or None where it cannot tell."""
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        total = 0
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory:
+                    total += int(proc.usedGpuMemory)
+        return total
+    except Exception:
+        return None
+    finally:
+        nvml.nvmlShutdown()
+
+
+def get_json(url: str, timeout: float = 5) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return dict(json.loads(resp.read()))
+
+
+def wait_ready(port: int, alive: Any, timeout: float) -> float | None:
+    """Seconds until ``/ready`` answers 200 (asked every 10 ms); None if never or the
+    process ended."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            if get_json(f"http://127.0.0.1:{port}/ready", 1).get("ready"):
+                return time.perf_counter() - t0
+        except OSError:
+            if not alive():
+                return None
+        time.sleep(0.01)
+    return None
+
+
+def free_disk(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def criu_runs(binary: str | None) -> tuple[str | None, str]:
+    """CRIU's binary when ``criu check`` passes here, and what was found."""
+    if binary is None:
+        return None, "no CRIU binary (CKPT_POC_CRIU, the project's build, PATH)"
+    try:
+        done = subprocess.run([binary, "check"], capture_output=True, text=True, timeout=60)
+    except OSError as exc:
+        return None, f"{binary}: {exc}"
+    if done.returncode != 0:
+        return None, f"criu check failed: {(done.stderr or done.stdout).strip()[-300:]}"
+    return binary, (done.stdout or done.stderr).strip()[-200:]
+
+
+@contextmanager
+def environ(**values: str) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
