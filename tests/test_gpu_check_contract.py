@@ -47,20 +47,9 @@ def test_contract_the_gpu_check_runs_every_step_and_writes_its_rows(
         "FAKE_NVML_SCENARIO": str(tmp_path / "scenario"),
     }
     out = tmp_path / "out"
-    argv = [
-        str(REPO / "scripts" / "gpu-check"),
-        str(out),
-        "--device",
-        "cpu",
-        "--libcuda",
-        str(libcuda),
-        "--sizes-mb",
-        "2",
-        "--runs",
-        "1",
-        "--steps",
-        "30",
-    ]
+    sizes = ["--sizes-mb", "2", "--runs", "1", "--steps", "20"]
+    argv = [str(REPO / "scripts" / "gpu-check"), str(out), "--device", "cpu", "--libcuda",
+            str(libcuda), *sizes]  # fmt: skip
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600)
     summary = json.loads((out / "summary.json").read_text())
     assert done.returncode == 0, (summary["failed_steps"], done.stderr[-3000:])
