@@ -119,7 +119,7 @@ def _serve(weights: Path, port: int) -> subprocess.Popen:
 def test_the_serving_engine_reads_its_prepared_weights_and_answers_the_same(
     tmp_path: Path,
 ) -> None:
-    from tasks.engine.prepared import free_port
+    from tasks.engine.ports import free_port
 
     weights = tmp_path / "weights"
     prepare = [sys.executable, "-m", "examples.gpu.weights_lm", str(weights), "--mb", "2"]

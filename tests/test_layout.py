@@ -226,8 +226,9 @@ def test_no_module_or_function_too_long_to_read() -> None:
 
 BACKENDS = REPO / "tasks" / "engine" / "clusters"
 STAGE_BACKENDS = REPO / "tasks" / "experiments" / "backends"
-# What may name a backend package: the backends themselves and the two registries.
-MAY_IMPORT_A_BACKEND = (BACKENDS / "registry.py", STAGE_BACKENDS)
+# What may name a backend package: the backends themselves, the two registries, and this
+# machine's slots (machine.py: the registry's light part, for a bare GPU node).
+MAY_IMPORT_A_BACKEND = (BACKENDS / "registry.py", BACKENDS / "machine.py", STAGE_BACKENDS)
 
 
 def _backend_kinds() -> list[str]:

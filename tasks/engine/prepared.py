@@ -15,9 +15,7 @@ share (their jobs write their logs there too), not inside a job.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -28,6 +26,7 @@ from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan, ReadyProbe
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
 from tasks.engine.paths import PREPARED, copy_argv, copy_word, prepared_folder
+from tasks.engine.ports import free_port
 
 OUTPUT_SAID = 400  # characters of a failed command's output in a message
 
@@ -50,13 +49,6 @@ class Prepared:
 def workload_prepared(plan: Plan) -> Path:
     """The comparisons' workload's ``{prepared}`` folder."""
     return prepared_folder(plan.data_dir, plan.poc, plan.workload.name)
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on now (the kernel's pick; a copy binds it soon after)."""
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def copy_port(plan: Plan) -> int | None:

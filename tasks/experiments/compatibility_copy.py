@@ -15,7 +15,8 @@ from pathlib import Path
 from tasks.data.plan import ReadyProbe, Workload
 from tasks.data.plan_workload import COPY_DIR, PORT, PREPARED, WORKDIR
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
-from tasks.engine.prepared import PrepareFailed, free_port, output_said, run_prepare_commands
+from tasks.engine.ports import free_port
+from tasks.engine.prepared import PrepareFailed, output_said, run_prepare_commands
 from tasks.experiments.compatibility_fidelity import BadInput, CopyFiles
 
 

@@ -27,7 +27,7 @@ from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.base import Cluster
 from tasks.engine.clusters.process import slots_of
 from tasks.engine.paths import checkpoint_folder
-from tasks.engine.prepared import free_port
+from tasks.engine.ports import free_port
 from tasks.engine.ready import wait_ready
 from tasks.experiments.trials import workload_hash
 

@@ -16,8 +16,7 @@ from tasks.data.plan import Plan
 from tasks.engine.clusters.base import Cluster, ClusterKind
 from tasks.engine.clusters.fault_kind import FaultKind, find_fault
 from tasks.engine.clusters.local.backend import BACKEND as LOCAL
-from tasks.engine.clusters.local.cluster import LocalCluster
-from tasks.engine.clusters.process import MachineSlots
+from tasks.engine.clusters.machine import process_slots  # noqa: F401 (re-exported)
 from tasks.engine.clusters.slurm.backend import BACKEND as SLURM
 
 KUBERNETES = ClusterKind("kubernetes", "Kubernetes", None, nodes_are_this_machine=False)
@@ -55,11 +54,3 @@ def fault_kind(kind: str, cluster_kind: str) -> FaultKind[Any, Any]:
     """The fault ``kind`` on a ``cluster_kind`` cluster; any other is refused."""
     entry = CLUSTER_KINDS[cluster_kind]
     return find_fault(entry.faults, kind, entry.label)
-
-
-def process_slots(
-    nodes: list[str], run_dir: Path, workdir: Path, workload: str = ""
-) -> MachineSlots:
-    """Slots named ``nodes`` on this machine, for processes the harness runs itself (the
-    local sweep; a Slurm job's sweep on its node): the local backend's."""
-    return LocalCluster(list(nodes), run_dir, workdir, workload=workload)

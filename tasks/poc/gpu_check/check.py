@@ -38,10 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.engine.gpu import steps
-from tasks.engine.gpu.bench import Bench, criu_runs, free_disk
 from tasks.engine.gpu.capability import read_capability
 from tasks.engine.gpu.driver import LIBCUDA, CudaDriver, ToggleUnavailable
+from tasks.poc.gpu_check import steps
+from tasks.poc.gpu_check.bench import Bench, criu_runs, free_disk
 
 DEFAULT_SIZES_MB = (1024.0,)
 

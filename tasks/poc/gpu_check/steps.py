@@ -1,4 +1,4 @@
-"""The GPU check's measurements (tasks/engine/gpu/check.py runs them in order). Each keeps
+"""The GPU check's measurements (tasks/poc/gpu_check/check.py runs them in order). Each keeps
 its rows on the bench, failures included, with the bytes and the phases; none raises for what
 the node cannot do: that is a row saying so."""
 
@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.engine.checkpointers.criu import Checkpoint, CriuError
-from tasks.engine.gpu.bench import SLOT, Bench, gpu_memory_of, wait_ready, workload
 from tasks.engine.gpu.driver import CudaDriverError
 from tasks.engine.page_cache import drop_page_cache, raw_read
-from tasks.engine.prepared import free_port
+from tasks.engine.ports import free_port
+from tasks.poc.gpu_check.bench import SLOT, Bench, gpu_memory_of, wait_ready, workload
 
 STEP = re.compile(r"^step=(\d+) loss=(\S+)$", re.M)
 TRAIN = ["--layers", "4", "--d-model", "256", "--heads", "4", "--context", "128", "--batch", "16"]

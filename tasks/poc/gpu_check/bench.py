@@ -1,4 +1,4 @@
-"""What the GPU check (tasks/engine/gpu/check.py) sets up once and every measurement uses:
+"""What the GPU check (tasks/poc/gpu_check/check.py) sets up once and every measurement uses:
 where it writes, the clock's recorder, the local slots, the checkpointer, the driver, and
 how a row is kept. Plain Python: no Prefect, no Great Expectations, no pydantic."""
 
@@ -20,11 +20,12 @@ from typing import Any
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer
 from tasks.engine.clock import EventRecorder
-from tasks.engine.clusters.local.cluster import LocalCluster
+from tasks.engine.clusters.machine import process_slots
+from tasks.engine.clusters.process import MachineSlots
 from tasks.engine.gpu.capability import Capability
 from tasks.engine.gpu.driver import CudaDriver
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[3]  # this checkout (tasks/poc/gpu_check/…)
 SLOT = "gpu-0"
 
 
@@ -40,13 +41,13 @@ class Bench:
     python: str = sys.executable
     rows: list[dict[str, Any]] = field(default_factory=list)
     recorder: EventRecorder = field(init=False)
-    cluster: LocalCluster = field(init=False)
+    cluster: MachineSlots = field(init=False)
     _n: int = 0
 
     def __post_init__(self) -> None:
         self.out.mkdir(parents=True, exist_ok=True)
         self.recorder = EventRecorder(None, jsonl=self.out / "events.jsonl")
-        self.cluster = LocalCluster(nodes=[SLOT], run_dir=self.out / "run", workdir=REPO)
+        self.cluster = process_slots([SLOT], self.out / "run", REPO)
         self.plugins_off = self.out / "no-criu-plugins"  # the toggle is ours, not a plugin's
         self.plugins_off.mkdir(exist_ok=True)
 
