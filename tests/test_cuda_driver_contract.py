@@ -191,3 +191,25 @@ def test_a_checkpoint_of_another_gpu_is_refused_before_criu_runs(gpu_engine, cal
     assert _read(calls) == [] and not recorder.events(event="restore_start")
     failed = recorder.events(event="restore_failed")[-1].detail
     assert failed["cause"] == "gpu_mismatch" and "1 × NVIDIA A10" in failed["error"]
+
+
+@pytest.mark.criu
+def test_crius_cuda_plugin_is_built_and_stands_aside_without_a_gpu(
+    tmp_path: Path, criu_binary: str
+) -> None:
+    """scripts/install-criu builds CRIU's CUDA plugin beside CRIU; given `--libdir`, a dump
+    of a CPU process loads it, and the plugin disables itself: no GPU here."""
+    plugins = Path(criu_binary).parent.parent / "lib" / "criu"
+    if not (plugins / "cuda_plugin.so").exists():
+        source = (Path(criu_binary).parent.parent / "SOURCE").read_text()
+        pytest.fail(f"no CUDA plugin beside {criu_binary}; its SOURCE says:\n{source}")
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        how = ["--shell-job", "--leave-running", "-v4", "-o", "dump.log", "-L", str(plugins)]
+        argv = [criu_binary, "dump", "-t", str(sleeper.pid), "-D", str(tmp_path), *how]
+        assert subprocess.run(argv, capture_output=True).returncode == 0
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    log = (tmp_path / "dump.log").read_text()
+    assert 'Plugin "cuda_plugin"' in log and "CUDA plugin is disabled" in log
