@@ -114,13 +114,13 @@ COUNTER = [
 
 @pytest.fixture
 def gpu_engine(tmp_path: Path, criu_binary: str, fake_libcuda: Path, calls: Path):
+    from tasks.data.gpu_capability import Capability, Gpu
     from tasks.data.plan import load_plan
     from tasks.data.runctx import make_run_context
     from tasks.engine.checkpointers.criu import CriuCheckpointer
     from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer
     from tasks.engine.clock import EventRecorder
     from tasks.engine.clusters.local.cluster import LocalCluster
-    from tasks.engine.gpu.capability import Capability, Gpu
     from tests.conftest import REPO
 
     plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(

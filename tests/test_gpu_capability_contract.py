@@ -1,4 +1,4 @@
-"""Contract test of the capability check (tasks/engine/gpu/capability.py) through the
+"""Contract test of the capability check (tasks/data/gpu_capability.py) through the
 stand-in NVML (tests/fake_nvml) and the stand-in libcuda (tests/fake_libcuda): no GPU runs
 here, so pynvml's real bindings call scripted libraries; the GPU check runs the same code
 against the real ones."""
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tasks.engine.gpu.capability import Capability, Gpu, restore_refusal
+from tasks.data.gpu_capability import Capability, Gpu, restore_refusal
 from tests.fake_nvml import compiled_library
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,7 +44,7 @@ def _capability(
     (tmp_path / "scenario").write_text(scenario)
     code = (
         "import json, sys\n"
-        "from tasks.engine.gpu.capability import read_capability\n"
+        "from tasks.data.gpu_capability import read_capability\n"
         "cap = read_capability(sys.argv[1], sys.argv[2] or None)\n"
         "print(json.dumps(cap.as_dict()))\n"
     )

@@ -2,7 +2,7 @@
 restore timed apart.
 
 Two ways to move a process's GPU state, found by the capability check
-(tasks/engine/gpu/capability.py) before anything runs:
+(tasks/data/gpu_capability.py) before anything runs:
 
 - **the driver API** (no ``cuda-checkpoint`` binary on the node; driver 570+): the harness
   toggles each CUDA process of the copy itself, through libcuda (tasks/engine/gpu/driver.py),
@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tasks.data.gpu_capability import Capability, restore_refusal
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.clock import Event
 from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
-from tasks.engine.gpu.capability import Capability, restore_refusal
 from tasks.engine.gpu.driver import CudaDriver, CudaDriverError
 
 GPU_META = "gpu.json"

@@ -1,1 +1,1 @@
-"""GPU checkpointing: the CUDA driver's checkpoint API and the capability check."""
+"""GPU checkpointing: the CUDA driver's checkpoint API (driver.py); the capability check is tasks/data/gpu_capability.py."""

@@ -20,18 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-LIBCUDA = "libcuda.so.1"
+from tasks.data.gpu_capability import LIBCUDA, driver_api_missing
+
 CUDA_SUCCESS = 0
 # CUprocessState
 STATES = {0: "running", 1: "locked", 2: "checkpointed", 3: "failed"}
-TOGGLE_SYMBOLS = (
-    "cuCheckpointProcessLock",
-    "cuCheckpointProcessCheckpoint",
-    "cuCheckpointProcessRestore",
-    "cuCheckpointProcessUnlock",
-    "cuCheckpointProcessGetState",
-)
-MIN_DRIVER_BRANCH = 570  # the driver API (the binary alone works from 550)
 
 
 class _LockArgs(ctypes.Structure):
@@ -85,16 +78,10 @@ class CudaDriver:
     stand-in, or the one a node keeps outside the loader's path)."""
 
     def __init__(self, path: str = LIBCUDA) -> None:
-        try:
-            self.lib = ctypes.CDLL(path)
-        except OSError as exc:
-            raise ToggleUnavailable(f"no CUDA driver library ({path}): {exc}") from exc
-        missing = [s for s in TOGGLE_SYMBOLS if not hasattr(self.lib, s)]
-        if missing:
-            raise ToggleUnavailable(
-                f"{path} has no {', '.join(missing)}: the driver is older than "
-                f"{MIN_DRIVER_BRANCH} (the checkpoint API came with it)"
-            )
+        missing = driver_api_missing(path)
+        if missing is not None:
+            raise ToggleUnavailable(missing)
+        self.lib = ctypes.CDLL(path)
         self._call("cuInit", ctypes.c_uint(0))
 
     def _error_text(self, code: int) -> tuple[str, str]:

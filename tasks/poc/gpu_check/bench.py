@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.data.gpu_capability import Capability
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.machine import process_slots
 from tasks.engine.clusters.process import MachineSlots
-from tasks.engine.gpu.capability import Capability
 from tasks.engine.gpu.driver import CudaDriver
 
 REPO = Path(__file__).resolve().parents[3]  # this checkout (tasks/poc/gpu_check/…)

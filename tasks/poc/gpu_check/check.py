@@ -38,8 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.engine.gpu.capability import read_capability
-from tasks.engine.gpu.driver import LIBCUDA, CudaDriver, ToggleUnavailable
+from tasks.data.gpu_capability import LIBCUDA, read_capability
+from tasks.engine.gpu.driver import CudaDriver, ToggleUnavailable
 from tasks.poc.gpu_check import steps
 from tasks.poc.gpu_check.bench import Bench, criu_runs, free_disk
 

@@ -7,12 +7,14 @@ and runs no CRIU) — and, for a process, what the driver tells of it (its state
 A restore onto a node whose GPU model, count or driver differs from the checkpoint's is
 refused with that reason before CRIU runs (:func:`restore_refusal`).
 
-Plain Python with pynvml (nvidia-ml-py) and ctypes only: the GPU check
-(scripts/gpu-check) runs it on a bare GPU node.
+Plain Python with pynvml (nvidia-ml-py) and ctypes only: ``plan check`` runs it for a plan
+whose checkpointer moves GPU state, the GPU checkpointer before each checkpoint and restore,
+and the GPU check (scripts/gpu-check) on a bare GPU node.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import platform
 import shutil
@@ -20,8 +22,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tasks.engine.gpu.driver import LIBCUDA, MIN_DRIVER_BRANCH, CudaDriver, ToggleUnavailable
-
+LIBCUDA = "libcuda.so.1"
+MIN_DRIVER_BRANCH = 570  # the driver's checkpoint API (the binary alone works from 550)
+TOGGLE_SYMBOLS = (
+    "cuCheckpointProcessLock",
+    "cuCheckpointProcessCheckpoint",
+    "cuCheckpointProcessRestore",
+    "cuCheckpointProcessUnlock",
+    "cuCheckpointProcessGetState",
+)
 BINARY = "cuda-checkpoint"
 BINARY_MIN_BRANCH = 550  # the binary's own minimum (the driver API needs 570)
 # Where a driver's tools are kept besides PATH (a GPU container mounts the driver there).
@@ -152,15 +161,30 @@ def _toggle(
             )
             return None
         return f"binary:{binary}"
-    try:
-        CudaDriver(libcuda)
-    except ToggleUnavailable as exc:
-        problems.append(f"no toggle: no {BINARY} binary, and {exc}")
+    missing = driver_api_missing(libcuda)
+    if missing is not None:
+        problems.append(f"no toggle: no {BINARY} binary, and {missing}")
         return None
     if branch is not None and branch < MIN_DRIVER_BRANCH:
         problems.append(f"driver {branch} is older than {MIN_DRIVER_BRANCH}: no checkpoint API")
         return None
     return "driver-api"
+
+
+def driver_api_missing(path: str = LIBCUDA) -> str | None:
+    """Why ``path`` offers no checkpoint API (no library, or one older than the API), or
+    None when it has every call."""
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as exc:
+        return f"no CUDA driver library ({path}): {exc}"
+    missing = [s for s in TOGGLE_SYMBOLS if not hasattr(lib, s)]
+    if missing:
+        return (
+            f"{path} has no {', '.join(missing)}: the driver is older than "
+            f"{MIN_DRIVER_BRANCH} (the checkpoint API came with it)"
+        )
+    return None
 
 
 def restore_refusal(checkpointed: Mapping[str, Any], here: Capability) -> str | None:
