@@ -105,3 +105,49 @@ def test_a_restore_onto_another_gpu_or_driver_is_refused_before_criu() -> None:
     assert restore_refusal(taken, _here("NVIDIA H200", driver="590.1")) == (
         "driver differs: the checkpoint's 580.159.03, this node's 590.1"
     )
+
+
+def _plan_check(plan_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    code = "import sys\nfrom tasks.data.plan import load_plan\nload_plan(sys.argv[1])\n"
+    return subprocess.run(
+        [sys.executable, "-c", code, str(plan_path)],
+        env={**os.environ, "PYTHONPATH": str(REPO), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_a_gpu_plan_on_a_node_without_a_gpu_or_an_old_driver_is_refused(
+    libs, write_plan, tmp_path: Path
+) -> None:
+    """Bad input: `checkpointer.gpu` on this machine, which has no GPU (the real NVML and
+    libcuda are absent), and on a stand-in node whose driver is older than the toggle."""
+    path = write_plan({"checkpointer.gpu": True})
+    bare = _plan_check(path, {})
+    assert bare.returncode != 0
+    assert "checkpointer.gpu: node(s) local-a, local-b (this machine; driver none, 0 GPU(s))" in (
+        bare.stderr
+    )
+    nvml_dir, libcuda = libs
+    (tmp_path / "scenario").write_text(H200.replace("580.159.03", "535.104.05"))
+    old = _plan_check(
+        path,
+        {
+            "LD_LIBRARY_PATH": f"{nvml_dir}:{libcuda.parent}",
+            "FAKE_NVML_SCENARIO": str(tmp_path / "scenario"),
+        },
+    )
+    assert old.returncode != 0
+    assert "(this machine; driver 535.104.05, 1 GPU(s)): driver 535 is older than 570" in (
+        old.stderr
+    )
+    (tmp_path / "scenario").write_text(H200)
+    fine = _plan_check(
+        path,
+        {
+            "LD_LIBRARY_PATH": f"{nvml_dir}:{libcuda.parent}",
+            "FAKE_NVML_SCENARIO": str(tmp_path / "scenario"),
+        },
+    )
+    assert fine.returncode == 0, fine.stderr[-2000:]

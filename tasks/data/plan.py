@@ -51,6 +51,7 @@ from tasks.data.plan_faults import (  # noqa: F401
     parse_fault,
     warn_of,
 )
+from tasks.data.plan_gpu import gpu_plan_problems
 from tasks.data.plan_preempt import preemptor_problems
 from tasks.data.plan_sizes import size_problems
 
@@ -288,6 +289,9 @@ class Checkpointer(_Strict):
     images_dir: str | None = Field(
         default=None, description="an absolute folder for the checkpoint images"
     )
+    # The copies run on GPUs: their GPU state is toggled out before each dump and back in
+    # after each restore (cuda-checkpoint; tasks/engine/checkpointers/criu_gpu.py).
+    gpu: bool = Field(default=False, description="the workload's copies use GPUs")
 
     @field_validator("images_dir")
     @classmethod
@@ -574,6 +578,10 @@ def load_plan(
     warnings += [f"{path}: {line}" for line in cold_start_warnings(plan.cold_start_workload)]
     if plan.cluster.kind == "local":  # the node is this machine: its disk and memory
         problems += prepare_size_problems(path, root, plan)
+    if plan.checkpointer.gpu:
+        more_problems, more_warnings = gpu_plan_problems(path, root, plan)
+        problems += more_problems
+        warnings += more_warnings
     if check_cluster:
         more_problems, more_warnings = check_plan_against_cluster(path, root, plan)
         problems += more_problems
