@@ -579,7 +579,9 @@ def load_plan(
     if plan.cluster.kind == "local":  # the node is this machine: its disk and memory
         problems += prepare_size_problems(path, root, plan)
     if plan.checkpointer.gpu:
-        more_problems, more_warnings = gpu_plan_problems(path, root, plan)
+        more_problems, more_warnings = gpu_plan_problems(
+            path, root, plan.checkpointer.kind, plan.cluster.kind, list(plan.cluster.nodes)
+        )
         problems += more_problems
         warnings += more_warnings
     if check_cluster:

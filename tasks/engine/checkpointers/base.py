@@ -22,6 +22,7 @@ from typing import Protocol
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer
+from tasks.engine.checkpointers.criu_gpu import gpu_checkpointer
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
 
@@ -112,4 +113,6 @@ def managed_checkpointer(
     )
     if isinstance(built, CriuCheckpointer):  # the workload's own options (workload.criu)
         built.add_options(plan.workload.criu.dump, plan.workload.criu.restore)
+        if plan.checkpointer.gpu:  # the copies' GPU state toggled around each dump
+            return gpu_checkpointer(built)
     return built

@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.data.gpu_capability import Capability, restore_refusal
+from tasks.data.gpu_capability import Capability, read_capability, restore_refusal
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.clock import Event
 from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
-from tasks.engine.gpu.driver import CudaDriver, CudaDriverError
+from tasks.engine.gpu.driver import CudaDriver, CudaDriverError, ToggleUnavailable
 
 GPU_META = "gpu.json"
 
@@ -65,6 +65,10 @@ class GpuCriuCheckpointer:
         self, criu: CriuCheckpointer, capability: Capability, driver: CudaDriver | None
     ) -> None:
         self.criu, self.capability, self.driver = criu, capability, driver
+
+    def __getattr__(self, name: str) -> Any:
+        # What only CRIU's checkpointer has (its root, options, last restore's statistics).
+        return getattr(self.criu, name)
 
     def record(self, event: str, **detail: object) -> Event:
         return self.criu.record(event, **detail)
@@ -183,6 +187,23 @@ class GpuCriuCheckpointer:
                 raise CriuError(message, cause=exc.name) from exc
         self.record("gpu_phases", step="restore", index=ckpt.index, phases=phases, **self._said())
         return proc
+
+
+def gpu_checkpointer(criu: CriuCheckpointer) -> GpuCriuCheckpointer:
+    """``criu`` with the GPU's part, as this node allows (the capability check, here): the
+    ``cuda-checkpoint`` binary through CRIU's CUDA plugin (built beside CRIU by
+    scripts/install-criu, loaded with ``--libdir``), else the driver API."""
+    capability = read_capability()
+    if capability.toggle is not None and capability.toggle.startswith("binary:"):
+        plugins = Path(criu.binary).resolve().parent.parent / "lib" / "criu"
+        if (plugins / "cuda_plugin.so").exists():
+            criu.add_options(["--libdir", str(plugins)], ["--libdir", str(plugins)])
+            return GpuCriuCheckpointer(criu, capability, None)
+    try:
+        driver: CudaDriver | None = CudaDriver()
+    except ToggleUnavailable:
+        driver = None  # dump() refuses with the capability check's problems
+    return GpuCriuCheckpointer(criu, capability, driver)
 
 
 def _add(phases: dict[str, float], more: dict[str, float]) -> None:

@@ -1,1 +1,2 @@
-"""GPU checkpointing: the CUDA driver's checkpoint API (driver.py); the capability check is tasks/data/gpu_capability.py."""
+"""GPU checkpointing: the CUDA driver's checkpoint API (driver.py); the capability check
+before it is tasks/data/gpu_capability.py."""
