@@ -56,7 +56,7 @@ def test_contract_the_gpu_check_runs_every_step_and_writes_its_rows(
     assert summary["mode"] == "criu+toggle" and summary["failed_steps"] == []
     rows = pd.read_parquet(out / "gpu-check.parquet")
     assert list(dict.fromkeys(rows["step"])) == [
-        "capability", "nvml", "train_restore", "cold_native", "cold_restore",
+        "capability", "fingerprint", "nvml", "train_restore", "cold_native", "cold_restore",
         "limit_disk_read", "overhead", "uvm", "refused_restore",
     ]  # fmt: skip
     train = rows[rows["step"] == "train_restore"].iloc[0]

@@ -171,6 +171,28 @@ def _toggle(
     return "driver-api"
 
 
+def process_gpu_bytes(pid: int) -> int | None:
+    """The GPU memory NVML says ``pid`` uses (bytes), or None where it cannot tell."""
+    try:
+        import pynvml as nvml
+
+        nvml.nvmlInit()
+    except Exception:
+        return None
+    try:
+        total = 0
+        for i in range(nvml.nvmlDeviceGetCount()):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid == pid and proc.usedGpuMemory:
+                    total += int(proc.usedGpuMemory)
+        return total
+    except Exception:
+        return None
+    finally:
+        nvml.nvmlShutdown()
+
+
 def driver_api_missing(path: str = LIBCUDA) -> str | None:
     """Why ``path`` offers no checkpoint API (no library, or one older than the API), or
     None when it has every call."""

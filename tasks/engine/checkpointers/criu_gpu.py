@@ -29,7 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tasks.data.gpu_capability import Capability, read_capability, restore_refusal
+from tasks.data.gpu_capability import (
+    Capability,
+    process_gpu_bytes,
+    read_capability,
+    restore_refusal,
+)
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.clock import Event
 from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
@@ -120,6 +125,7 @@ class GpuCriuCheckpointer:
             raise CriuError(f"GPU checkpoint refused by the capability check: {why}")
         phases: dict[str, float] = {}
         pids = self.cuda_pids(proc.pid)
+        gpu_bytes = [process_gpu_bytes(pid) for pid in pids]  # NVML's, before the toggle
         toggled: list[int] = []
         for pid in pids:
             assert self.driver is not None
@@ -147,7 +153,9 @@ class GpuCriuCheckpointer:
             for pid in toggled:
                 assert self.driver is not None
                 _add(phases, self.driver.toggle_in(pid).seconds)
-        self.record("gpu_phases", step="dump", index=ckpt.index, phases=phases, **self._said())
+        moved = None if None in gpu_bytes else sum(b for b in gpu_bytes if b is not None)
+        self.record("gpu_phases", step="dump", index=ckpt.index, phases=phases, gpu_bytes=moved,
+                    image_bytes=ckpt.image_bytes, cuda_pids=pids, **self._said())  # fmt: skip
         return ckpt
 
     @property

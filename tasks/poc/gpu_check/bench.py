@@ -96,28 +96,6 @@ def workload(module: str, *args: str) -> list[str]:
     return [sys.executable, "-u", "-m", f"examples.gpu.{module}", *args]
 
 
-def gpu_memory_of(pid: int) -> int | None:
-    """The GPU memory NVML says ``pid`` uses (bytes), or None where it cannot tell."""
-    try:
-        import pynvml as nvml
-
-        nvml.nvmlInit()
-    except Exception:
-        return None
-    try:
-        total = 0
-        for i in range(nvml.nvmlDeviceGetCount()):
-            handle = nvml.nvmlDeviceGetHandleByIndex(i)
-            for proc in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid == pid and proc.usedGpuMemory:
-                    total += int(proc.usedGpuMemory)
-        return total
-    except Exception:
-        return None
-    finally:
-        nvml.nvmlShutdown()
-
-
 def get_json(url: str, timeout: float = 5) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return dict(json.loads(resp.read()))

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tasks.data.fingerprint import collect_gpu_metadata
 from tasks.data.gpu_capability import LIBCUDA, read_capability
 from tasks.engine.gpu.driver import CudaDriver, ToggleUnavailable
 from tasks.poc.gpu_check import steps
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     bench, criu_said = _bench(args)
     cap = bench.capability
     bench.row("capability", cap.can_checkpoint, detail={**cap.as_dict(), "criu": criu_said})
+    _fingerprint(bench)
     try:
         if bench.driver is None:
             return _summary(bench, args, started, criu_said, "no toggle: nothing to measure")
@@ -108,6 +110,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         bench.close()
     return _summary(bench, args, started, criu_said, None)
+
+
+def _fingerprint(bench: Bench) -> None:
+    """The run fingerprint's GPU fields (tasks/data/fingerprint.py, from NVML) against what
+    the capability check read: the same on a real GPU node, or a row saying what differs."""
+    fp: dict[str, Any] = {}
+    collect_gpu_metadata(fp)
+    cap = bench.capability
+    expected = {
+        "fp_gpu_model": ",".join(sorted(set(cap.models))) or fp["fp_gpu_model"],
+        "fp_gpu_count": len(cap.gpus),
+        "fp_driver": cap.driver or fp["fp_driver"],
+        "fp_cuda": cap.cuda or fp["fp_cuda"],
+    }
+    differ = {k: (fp[k], v) for k, v in expected.items() if fp[k] != v}
+    bench.row("fingerprint", not differ, detail={"fingerprint": fp, "differ": differ})
 
 
 def _median(rows: list[dict[str, Any]], step: str, **match: Any) -> float | None:

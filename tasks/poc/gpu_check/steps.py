@@ -15,11 +15,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tasks.data.gpu_capability import process_gpu_bytes
 from tasks.engine.checkpointers.criu import Checkpoint, CriuError
 from tasks.engine.gpu.driver import CudaDriverError
 from tasks.engine.page_cache import drop_page_cache, raw_read
 from tasks.engine.ports import free_port
-from tasks.poc.gpu_check.bench import SLOT, Bench, gpu_memory_of, wait_ready, workload
+from tasks.poc.gpu_check.bench import SLOT, Bench, wait_ready, workload
 
 STEP = re.compile(r"^step=(\d+) loss=(\S+)$", re.M)
 TRAIN = ["--layers", "4", "--d-model", "256", "--heads", "4", "--context", "128", "--batch", "16"]
@@ -120,7 +121,7 @@ def train_restore(bench: Bench, steps: int, whole: dict[int, str]) -> Path | Non
     proc = bench.cluster.start(SLOT, "managed", _train_argv(bench, steps, 0.02))
     try:
         _wait_steps(proc.log, steps // 3)
-        gpu_bytes = gpu_memory_of(proc.pid)
+        gpu_bytes = process_gpu_bytes(proc.pid)
         ckpt = gpu.dump(proc, leave_running=False)
         bench.cluster.wait_gone(proc)
         dump = bench.phases("train", "dump")
@@ -158,7 +159,7 @@ def toggle_only(bench: Bench, steps: int, whole: dict[int, str]) -> None:
     reader = threading.Thread(target=lambda: out.extend(proc.stdout or []), daemon=True)
     reader.start()
     time.sleep(2)
-    gpu_bytes = gpu_memory_of(proc.pid)
+    gpu_bytes = process_gpu_bytes(proc.pid)
     try:
         phases = bench.driver.toggle_out(proc.pid).seconds
         time.sleep(1)  # checkpointed: its CPU side waits on the GPU
@@ -220,7 +221,7 @@ def _restore_side(
     bench: Bench, proc: Any, size_mb: float, run: int, port: int, files: list[Path]
 ) -> None:
     gpu = bench.checkpointer(f"serve{size_mb:g}")
-    gpu_bytes = gpu_memory_of(proc.pid)
+    gpu_bytes = process_gpu_bytes(proc.pid)
     try:
         ckpt = gpu.dump(proc, leave_running=False)
         bench.cluster.wait_gone(proc)
