@@ -36,6 +36,7 @@ from tasks.data.plan import Plan, Workload
 from tasks.data.plan_workload import COPY_DIR
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.criu import CriuCheckpointer, clean_dead_roots
+from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer, gpu_checkpointer
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.process import MachineSlots, WorkloadProcess
 from tasks.engine.clusters.registry import BUILT_KINDS, process_slots
@@ -99,6 +100,7 @@ class Sweep:
     timeout_s: float
     prepared_root: Path  # data_dir/poc/prepared: each workload's {prepared} is a folder in it
     images_dir: str | None = None  # the plan's checkpointer.images_dir
+    gpu: bool = False  # checkpointer.gpu: each copy's GPU state toggled around its dumps
 
     def images(self, copy: Copy) -> Path:
         """Where a copy's checkpoint images go (tasks/engine/paths.images_folder)."""
@@ -214,7 +216,7 @@ class Managed:
 
     copy: Copy
     proc: WorkloadProcess
-    criu: CriuCheckpointer
+    criu: CriuCheckpointer | GpuCriuCheckpointer
     probe: LogProgressProbe | None
     log: Path
     after: int = 0  # log bytes before the last restore: only steps past them are new
@@ -242,12 +244,14 @@ def _start_managed(sweep: Sweep, w: Workload, index: int, n: int) -> Managed:
         restore_options=w.criu.restore,
         harness_options=False,
     )
+    # A GPU plan's copies: a restore the capability check refuses is a cycle's result.
+    taker = gpu_checkpointer(criu) if sweep.gpu else criu
     proc = sweep.cluster.start(sweep.slot, "managed", copy.argv, copy.env, tag=f"{w.name}-m{n}")
     probe = None
     if not is_service(w):
         regex = _log_regex(w, copy.field)
         probe = LogProgressProbe(proc.log, regex, sweep.recorder, trial, "managed").start()
-    return Managed(copy, proc, criu, probe, proc.log)
+    return Managed(copy, proc, taker, probe, proc.log)
 
 
 def is_service(w: Workload) -> bool:
@@ -568,6 +572,7 @@ def run_compatibility(
         timeout_s or plan.compatibility.timeout_s,
         prepared_root(plan.data_dir, plan.poc),
         plan.checkpointer.images_dir,
+        plan.checkpointer.gpu,
     )
     sweeps: list[WorkloadSweep] = []
     try:
