@@ -1,8 +1,10 @@
 """`plan check` for a plan whose checkpointer moves GPU state (``checkpointer.gpu``): the
 capability check (tasks/data/gpu_capability.py) run where the plan's nodes are — this
 machine for a local plan — so a node without a GPU, with a driver older than the toggle
-needs, or in MIG mode is a plan error naming the node and what was found. On a Slurm plan
-GPU checkpoints are not built yet (the job wrapper takes CPU checkpoints): an error too."""
+needs, or in MIG mode is a plan error naming the node and what was found. A Slurm plan's
+nodes are not reached from the harness here: each job runs the same check on its node before
+its first checkpoint and restore (a refusal is the job's recorded result), and plan check
+says so."""
 
 from __future__ import annotations
 
@@ -22,9 +24,11 @@ def gpu_plan_problems(
     if checkpointer != "criu":
         return [f"{here}: GPU checkpoints are built for the criu checkpointer, not "
                 f"{checkpointer}"], []  # fmt: skip
-    if cluster != "local":  # the Slurm job wrapper takes CPU checkpoints only, so far
-        return [f"{here}: GPU checkpoints on a {cluster} cluster are not built yet (local "
-                "plans and scripts/gpu-check take them)"], []  # fmt: skip
+    if cluster != "local":  # each job runs the capability check on its node
+        return [], [
+            f"{here}: the {cluster} nodes' GPUs are not checked from here; each job runs the "
+            "capability check on its node before its first checkpoint and restore"
+        ]
     cap = read_capability()
     if cap.can_checkpoint:
         return [], []

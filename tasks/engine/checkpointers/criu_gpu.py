@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,24 @@ class GpuCriuCheckpointer:
         ckpt = checkpoint or self.criu.last_complete()
         if ckpt is None:
             raise CriuError(f"no complete checkpoint under {self.criu.root} to restore")
+        self._refuse_another_gpu(ckpt)
+        t0 = time.perf_counter()
+        proc = self.criu.restore(cluster, slot, ckpt)
+        self._back_onto_gpu(proc.pid, ckpt.index, time.perf_counter() - t0)
+        return proc
+
+    def restore_attached(
+        self, checkpoint: Checkpoint, timeout: float = 120
+    ) -> tuple[subprocess.Popen, int]:
+        """CRIU's foreground restore (a Slurm job's), then the copy back onto its GPUs."""
+        self._refuse_another_gpu(checkpoint)
+        t0 = time.perf_counter()
+        proc, pid = self.criu.restore_attached(checkpoint, timeout)
+        self._back_onto_gpu(pid, checkpoint.index, time.perf_counter() - t0)
+        return proc, pid
+
+    def _refuse_another_gpu(self, ckpt: Checkpoint) -> None:
+        """Before CRIU runs: a checkpoint of another GPU model, count or driver is refused."""
         try:
             meta = json.loads((ckpt.path / GPU_META).read_text())
         except (OSError, ValueError) as exc:
@@ -182,10 +201,11 @@ class GpuCriuCheckpointer:
         if refused is not None:
             self.record("restore_failed", index=ckpt.index, cause="gpu_mismatch", error=refused)
             raise CriuError(f"restore refused before CRIU ran: {refused}", cause="gpu_mismatch")
-        t0 = time.perf_counter()
-        proc = self.criu.restore(cluster, slot, ckpt)
-        phases = {"criu_restore": time.perf_counter() - t0}
-        for pid in self.cuda_pids(proc.pid):
+
+    def _back_onto_gpu(self, root: int, index: int, criu_s: float) -> None:
+        """Restore and unlock each CUDA process of the restored tree; its phases recorded."""
+        phases = {"criu_restore": criu_s}
+        for pid in self.cuda_pids(root):
             assert self.driver is not None
             try:
                 _add(phases, self.driver.toggle_in(pid).seconds)
@@ -193,8 +213,7 @@ class GpuCriuCheckpointer:
                 outcome = self._bring_back(pid, f"a failed toggle back in: {exc}")
                 message = f"pid {pid} restored but not onto the GPU: {exc} ({outcome})"
                 raise CriuError(message, cause=exc.name) from exc
-        self.record("gpu_phases", step="restore", index=ckpt.index, phases=phases, **self._said())
-        return proc
+        self.record("gpu_phases", step="restore", index=index, phases=phases, **self._said())
 
 
 def gpu_checkpointer(criu: CriuCheckpointer) -> GpuCriuCheckpointer:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
+from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer, gpu_checkpointer
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.process import WorkloadProcess
@@ -183,13 +184,16 @@ def _ask_ready_in_job(
     return thread
 
 
-def _checkpointer(spec: dict[str, Any], recorder: EventRecorder) -> CriuCheckpointer | None:
-    """The copy's CRIU when the spec checkpoints it (the managed arm, a cold start's copy)."""
+def _checkpointer(
+    spec: dict[str, Any], recorder: EventRecorder
+) -> CriuCheckpointer | GpuCriuCheckpointer | None:
+    """The copy's CRIU when the spec checkpoints it (the managed arm, a cold start's copy);
+    for a GPU plan, with the toggle (its capability check runs here, on the node)."""
     if not spec.get("checkpoint"):
         return None
     # The checkpoint this attempt restores is never cleaned up as stale at start-up.
     protect = [Path(spec["restore_from"])] if spec["mode"] == "restore" else []
-    return CriuCheckpointer(
+    criu = CriuCheckpointer(
         Path(spec["ckpt_root"]),
         int(spec["keep"]),
         recorder,
@@ -197,6 +201,7 @@ def _checkpointer(spec: dict[str, Any], recorder: EventRecorder) -> CriuCheckpoi
         spec.get("checkpoint_arm", spec["arm"]),  # a cold start's native copy: dumped managed
         protect=protect,
     )
+    return gpu_checkpointer(criu) if spec.get("gpu") else criu
 
 
 class DumpOnRequest:
@@ -212,7 +217,7 @@ class DumpOnRequest:
     def __init__(self, request: Path, recorder: EventRecorder, trial: str, arm: str) -> None:
         self._request = request
         self._recorder, self._trial, self._arm = recorder, trial, arm
-        self._target: tuple[CriuCheckpointer, WorkloadProcess] | None = None
+        self._target: tuple[CriuCheckpointer | GpuCriuCheckpointer, WorkloadProcess] | None = None
         self._dumping, self._done = threading.Event(), threading.Event()
         threading.Thread(target=self._dump_when_asked, name="dump-on-request", daemon=True).start()
 
@@ -223,7 +228,7 @@ class DumpOnRequest:
         arm = spec.get("checkpoint_arm", spec["arm"])
         return cls(Path(spec["dump_request"]), recorder, spec["trial_id"], arm)
 
-    def arm_for(self, criu: CriuCheckpointer, proc: WorkloadProcess) -> None:
+    def arm_for(self, criu: CriuCheckpointer | GpuCriuCheckpointer, proc: WorkloadProcess) -> None:
         self._target = (criu, proc)
 
     def _dump_when_asked(self) -> None:
@@ -248,7 +253,9 @@ class DumpOnRequest:
 
 
 def _start(
-    spec: dict[str, Any], criu: CriuCheckpointer | None, recorder: EventRecorder
+    spec: dict[str, Any],
+    criu: CriuCheckpointer | GpuCriuCheckpointer | None,
+    recorder: EventRecorder,
 ) -> tuple[subprocess.Popen, int] | int:
     """This attempt's workload (its root process, its pid): restored from the checkpoint the
     spec names, or launched; an exit status when the restore cannot run."""

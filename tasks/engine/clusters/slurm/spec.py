@@ -29,6 +29,7 @@ def copy_spec(
         "interval_s": plan.checkpointer.interval_s,
         "keep": plan.checkpointer.keep,
         "checkpoint": checkpoint,
+        "gpu": plan.checkpointer.gpu,  # the job's checkpointer toggles the copy's GPU state
         **mode,
     }
 
