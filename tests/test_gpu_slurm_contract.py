@@ -31,7 +31,8 @@ def _job(tmp: Path, name: str, spec: dict, env: dict[str, str]) -> str:
     path = tmp / f"{name}.json"
     path.write_text(json.dumps(spec))
     argv = ["sbatch", "--parsable", f"--job-name=ckpt-poc-gpu-{name}", "--partition=poc",
-            "--nodelist=ckpt-node1", f"--chdir={REPO}", f"--output={tmp / name}.out",
+            "--nodelist=ckpt-node1", f"--chdir={REPO}", f"--output={spec['log']}",
+            "--open-mode=append",  # CRIU restores an open log only in append mode
             "--export=ALL", "--wrap",
             f"{sys.executable} -m tasks.engine.clusters.slurm.job {path}"]  # fmt: skip
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=True)
@@ -68,7 +69,8 @@ def test_contract_a_gpu_plans_job_toggles_around_its_dumps_and_restore(
     events = read_journal(tmp_path / "events.jsonl")
     dumps = [e.detail for e in events if e.event == "gpu_phases" and e.detail["step"] == "dump"]
     assert dumps, [e.event for e in events]
-    assert list(dumps[0]["phases"]) == ["lock", "gpu_to_host", "criu_dump", "host_to_gpu", "unlock"]
+    # The job's journal keeps a phase's name and seconds (its order is the calls' below).
+    assert set(dumps[0]["phases"]) == {"lock", "gpu_to_host", "criu_dump", "host_to_gpu", "unlock"}
     lines = calls.read_text().splitlines()
     order = [line.split()[0] for line in lines if line.startswith("cuCheckpointProcess")]
     assert order[:5] == [
@@ -94,7 +96,7 @@ def test_contract_a_gpu_plans_job_toggles_around_its_dumps_and_restore(
         time.sleep(0.2)
     subprocess.run(["scancel", job], env=slurm_env, check=False)
     restored = [e.detail for e in back if e.event == "gpu_phases" and e.detail["step"] == "restore"]
-    assert restored and list(restored[0]["phases"]) == ["criu_restore", "host_to_gpu", "unlock"]
+    assert restored and set(restored[0]["phases"]) == {"criu_restore", "host_to_gpu", "unlock"}
     after = [
         line.split()[0]
         for line in calls.read_text().splitlines()

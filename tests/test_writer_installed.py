@@ -77,7 +77,10 @@ def test_a_daemon_the_install_left_writes_the_pocs_residue(write_plan, tmp_path:
     the PoC's, by what the install put there, though no PoC process wrote it."""
     from tasks.exit.exit_diff import exit_diff
 
-    path = write_plan({"cluster.nodes": ["local-a"], "exit.recheck_after_s": 1})
+    watch = {"kinds": ["files", "units"], "paths": ["/usr/local/sbin", "/etc/systemd", "/var/tmp"]}
+    path = write_plan(
+        {"cluster.nodes": ["local-a"], "exit.recheck_after_s": 1, "exit.watch": watch}
+    )
     plan = load_plan(path, check_cluster=False)
     tag = f"ckpt-forgotten-{os.getpid()}"
     daemon = Path(f"/usr/local/sbin/{tag}d")
@@ -121,7 +124,10 @@ def test_without_fanotify_the_span_is_a_gap_and_the_way_out_still_ends(
     """A harness without CAP_SYS_ADMIN (a container's): fanotify_init is refused. The
     recorder says so once, its whole span is a gap, and the exit diff attributes as it does
     without a recorder: a foreign file is unexplained, never the node's own by its writer."""
-    path = write_plan({"cluster.nodes": ["local-a"], "exit.recheck_after_s": 0})
+    watch = {"kinds": ["files"], "paths": ["/var/tmp"]}
+    path = write_plan(
+        {"cluster.nodes": ["local-a"], "exit.recheck_after_s": 0, "exit.watch": watch}
+    )
     script = f"""
 import json, logging, sys
 from pathlib import Path

@@ -185,7 +185,10 @@ def test_the_exit_verdict_names_each_changes_writer(write_plan, tmp_path: Path) 
     PoC's."""
     from tasks.exit.exit_diff import exit_diff
 
-    path = write_plan({"cluster.nodes": ["local-a"], "exit.recheck_after_s": 1})
+    watch = {"kinds": ["files"], "paths": ["/tmp", "/var/tmp", "/dev/shm", "/etc"]}
+    path = write_plan(
+        {"cluster.nodes": ["local-a"], "exit.recheck_after_s": 1, "exit.watch": watch}
+    )
     plan = load_plan(path, check_cluster=False)
     tag = f"ckpt-writers-{os.getpid()}"
     go = tmp_path / "go"  # three levels under /tmp: below what the snapshots list

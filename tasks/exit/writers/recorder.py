@@ -45,6 +45,7 @@ from tasks.exit.writers.lineage import Lineage, LineageUnavailable, ProcInfo, re
 
 FLUSH_S = 5.0
 EXECS_KEPT = 65536  # pids whose latest exec is remembered
+EXEC_FILES = 3  # the files of a pid's latest execs kept: a script, its interpreter
 LINEAGE_TRIES, LINEAGE_WAIT_S = 5, 0.005  # a writer's ancestry not known yet: ask again
 LOG_NAME = "writers.json"
 
@@ -145,7 +146,8 @@ class WriterRecorder:
         self.events = 0
         self._lineage: Lineage | None = None
         self._lost_seen = 0
-        self._execs: dict[int, str] = {}  # pid → the executable of its latest exec seen
+        # pid → the files its latest execs opened, last last: a script, then its interpreter
+        self._execs: dict[int, tuple[str, ...]] = {}
 
     def gap(self, reason: str, t_from: str | None = None, t_to: str | None = None) -> None:
         """A stretch whose changes this recorder cannot attribute (None: to the end)."""
@@ -220,7 +222,8 @@ class WriterRecorder:
             return  # its own log
         if event.is_exec:
             if event.path is not None and not is_loader(event.path):
-                self._execs[event.pid] = event.path
+                seen = self._execs.pop(event.pid, ())
+                self._execs[event.pid] = (*seen, event.path)[-EXEC_FILES:]
                 if len(self._execs) > EXECS_KEPT:
                     del self._execs[next(iter(self._execs))]
             return
@@ -228,7 +231,8 @@ class WriterRecorder:
         if under(event.path, self.skip):
             return
         self.events += 1
-        exec_path = self._execs.get(event.pid)
+        execs = self._execs.get(event.pid, ())
+        exec_path = execs[-1] if execs else None
         chain = self._chain(event.pid)
         for _ in range(LINEAGE_TRIES):  # the connector's thread may not have read it yet
             complete = bool(chain) and chain[-1].pid == 1
@@ -236,16 +240,9 @@ class WriterRecorder:
                 break
             time.sleep(LINEAGE_WAIT_S)
             chain = self._chain(event.pid)
-        if exec_path is not None:
-            # Its latest exec's executable as fanotify queued it, before this write: a
-            # writer gone before /proc could be read, or known only as its parent's fork
-            # (whose argv and environment were not its own after the exec: dropped).
-            first = chain[0] if chain else ProcInfo(event.pid, None, None, None, None, True)
-            if first.exe is None:
-                first = replace(first, exe=exec_path)
-            elif first.exe != exec_path:
-                first = replace(first, exe=exec_path, run_from=(), markers=())
-            chain = [first, *chain[1:]]
+        if exec_path is not None and not chain:
+            chain = [ProcInfo(event.pid, None, None, None, None, True)]
+        chain = [self._with_execs(proc, writer=i == 0) for i, proc in enumerate(chain)]
         self.installed.refresh()  # a stat per manifest: an install may have just written it
         writer = writer_of(chain, self.poc_pids, self.poc_folders, self.installed)
         key = (path, writer.key)
@@ -257,6 +254,24 @@ class WriterRecorder:
         agg.last_at = at
         agg.count += 1
         agg.what.add(event.what)
+
+    def _with_execs(self, proc: ProcInfo, writer: bool) -> ProcInfo:
+        """``proc`` with what fanotify saw it exec, queued before its writes: the writer's
+        image when it was gone before /proc could be read, or known only as its parent's
+        fork (whose argv and environment were not its own after the exec: dropped); for any
+        process of the chain, a script it ran (opened for exec before its interpreter) where
+        /proc was read too late to say."""
+        execs = self._execs.get(proc.pid, ())
+        if not execs:
+            return proc
+        exe, earlier = execs[-1], execs[:-1]
+        if not writer:  # an ancestor: only what it ran is added, its facts stay
+            return replace(proc, run_from=tuple(dict.fromkeys((*proc.run_from, *earlier))))
+        if proc.exe is None:
+            return replace(proc, exe=exe, run_from=(*proc.run_from, *earlier))
+        if proc.exe != exe:
+            return replace(proc, exe=exe, run_from=earlier, markers=())
+        return replace(proc, run_from=tuple(dict.fromkeys((*proc.run_from, *earlier))))
 
     def log(self, stopped: bool) -> dict[str, Any]:
         rows = [

@@ -9,7 +9,8 @@ no Great Expectations, no pydantic. In order:
 1. the capability check (driver, CUDA, the toggle, GPUs, persistence, MIG, the kernel);
    whether CRIU runs here (a sandboxed kernel does not run it: then only the toggle of a
    live process is measured, and the summary says so);
-2. NVML sampled while the training job runs;
+2. NVML sampled while the training job runs through, uninterrupted (the losses every
+   interrupted run is held to);
 3. the training job dumped and restored through CRIU and the toggle, its losses against an
    uninterrupted run's (or, without CRIU, the toggle of the live job);
 4. the serving engine's cold start at each size (native launch → ready against restore →
@@ -88,8 +89,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if bench.driver is None:
             return _summary(bench, args, started, criu_said, "no toggle: nothing to measure")
-        whole = steps.uninterrupted(bench, args.steps)
-        steps.nvml_during_training(bench, args.steps)
+        whole = steps.uninterrupted_with_nvml(bench, args.steps)
         ckpt = None
         if bench.criu is not None:
             ckpt = steps.train_restore(bench, args.steps, whole)

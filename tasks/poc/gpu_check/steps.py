@@ -62,11 +62,6 @@ def _train_argv(bench: Bench, steps: int, sleep: float = 0.0) -> list[str]:
     )
 
 
-def uninterrupted(bench: Bench, steps: int) -> dict[int, str]:
-    done = subprocess.run(_train_argv(bench, steps), capture_output=True, text=True, check=True)
-    return losses(done.stdout)
-
-
 def _wait_steps(log: Path, at_least: int, timeout: float = 300) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -77,41 +72,43 @@ def _wait_steps(log: Path, at_least: int, timeout: float = 300) -> int:
     raise TimeoutError(f"{log}: fewer than {at_least} steps in {timeout:.0f} s")
 
 
-def nvml_during_training(bench: Bench, steps: int) -> None:
-    """NVML sampled every 0.5 s while the training job runs: what it saw of the GPUs and of
-    the job's own process."""
+def uninterrupted_with_nvml(bench: Bench, steps: int) -> dict[int, str]:
+    """The training job run through, uninterrupted (its losses are what every interrupted
+    run is held to), with NVML sampled every 0.5 s meanwhile: what the product's sampler saw
+    of the GPUs and of the job's own process."""
     from tasks.window.sampling import UNATTRIBUTED
     from tasks.window.sampling.nvml import NvmlSampler, NvmlUnavailable
 
+    log = bench.out / "uninterrupted.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(_train_argv(bench, steps), stdout=out)
     try:
-        sampler = NvmlSampler("gpu-check", lambda pid: UNATTRIBUTED)
+        sampler: NvmlSampler | None = NvmlSampler("gpu-check", lambda pid: UNATTRIBUTED)
     except NvmlUnavailable as exc:
         bench.row("nvml", False, error=str(exc))
-        return
-    proc = subprocess.Popen(_train_argv(bench, steps), stdout=subprocess.DEVNULL)
+        sampler = None
     samples: list[dict[str, Any]] = []
     gaps: list[dict[str, Any]] = []
     reads = 0
     while proc.poll() is None:
-        got, missed = sampler.read()
-        samples += got
-        gaps += missed
-        reads += 1
+        if sampler is not None:
+            got, missed = sampler.read()
+            samples, gaps, reads = samples + got, gaps + missed, reads + 1
         time.sleep(0.5)
-    sampler.close()
-    metrics = sorted({str(r["metric"]) for r in samples})
-    mine = any(str(r.get("entity", "")).endswith(f"pid:{proc.pid}") for r in samples)
-    bench.row(
-        "nvml",
-        proc.returncode == 0 and bool(samples),
-        detail={
+    if proc.returncode != 0:
+        raise RuntimeError(f"the uninterrupted training run exited {proc.returncode}: {log}")
+    if sampler is not None:
+        sampler.close()
+        mine = any(str(r.get("entity", "")).endswith(f"pid:{proc.pid}") for r in samples)
+        detail = {
             "reads": reads,
             "samples": len(samples),
-            "metrics": metrics,
+            "metrics": sorted({str(r["metric"]) for r in samples}),
             "gaps": sorted({str(g["reason"]) for g in gaps})[:10],
             "training_process_seen": mine,
-        },
-    )
+        }
+        bench.row("nvml", bool(samples), detail=detail)
+    return losses(log.read_text())
 
 
 def train_restore(bench: Bench, steps: int, whole: dict[int, str]) -> Path | None:
