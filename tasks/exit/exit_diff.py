@@ -311,7 +311,10 @@ def _pairs(ctx: RunContext, plan: Plan, from_phase: str, to_phase: str) -> dict[
 
 
 def diff_and_attribute(
-    plan: Plan, pairs: dict[str, NodePair], data_dir: Any
+    plan: Plan,
+    pairs: dict[str, NodePair],
+    data_dir: Any,
+    logs: dict[str, WriterLog | None] | None = None,
 ) -> dict[str, list[dict[str, Any]]]:
     """Each node's differences that the plan does not allow, each with its ``class`` and
     ``reason``. ``data_dir``: where the install's `installed` events are read."""
@@ -319,7 +322,8 @@ def diff_and_attribute(
         node: diff_snapshots(p.before, p.after, allowed_changes(plan), node)
         for node, p in pairs.items()
     }
-    logs = {host: read_writer_log(plan, host) for host in recorder_hosts(plan)}  # None: none ran
+    if logs is None:
+        logs = writer_logs(plan)
     control = plan.exit.control_node
     footprint = tuple(install_footprint(plan, data_dir, plan.poc))
     mirrored = frozenset((x["kind"], x["key"], x["change"]) for x in diffs.get(control or "", []))
@@ -341,6 +345,11 @@ def diff_and_attribute(
         for item in found:
             item["class"], item["reason"] = classify(item, at)
     return diffs
+
+
+def writer_logs(plan: Plan) -> dict[str, WriterLog | None]:
+    """Each recorder host's log (None: no recorder ran there)."""
+    return {host: read_writer_log(plan, host) for host in recorder_hosts(plan)}
 
 
 def _writer_evidence(log: WriterLog | None) -> dict[str, Any]:
@@ -374,9 +383,10 @@ def exit_diff(plan: Plan, ctx: RunContext, from_phase: str, to_phase: str) -> di
     write them (``exit_diff``, node-own ones too) and each node's verdict
     (``exit_verdicts``); return {verdict, leftovers, node_own, nodes, …}. The caller commits."""
     pairs = _pairs(ctx, plan, from_phase, to_phase)
-    diffs = diff_and_attribute(plan, pairs, ctx.data_dir)
-    for host in recorder_hosts(plan):
-        write_writer_log(ctx, read_writer_log(plan, host))
+    logs = writer_logs(plan)
+    diffs = diff_and_attribute(plan, pairs, ctx.data_dir, logs)
+    for log in logs.values():
+        write_writer_log(ctx, log)
     nodes = {node: _node_info(node, pairs[node], found) for node, found in diffs.items()}
     everything = [x for found in diffs.values() for x in found]
     diffed_at = pd.Timestamp(dt.datetime.now(dt.UTC))

@@ -39,28 +39,10 @@ from tasks.data.gpu_capability import (
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.clock import Event
 from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
+from tasks.engine.clusters.reaper import descendants
 from tasks.engine.gpu.driver import CudaDriver, CudaDriverError, ToggleUnavailable
 
 GPU_META = "gpu.json"
-
-
-def process_tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (children read from /proc), parents first."""
-    out, todo = [], [pid]
-    while todo:
-        current = todo.pop(0)
-        out.append(current)
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for tid in tasks:
-            try:
-                children = Path(f"/proc/{current}/task/{tid}/children").read_text().split()
-            except OSError:
-                continue
-            todo += [int(c) for c in children if int(c) not in out]
-    return out
 
 
 class GpuCriuCheckpointer:
@@ -93,7 +75,7 @@ class GpuCriuCheckpointer:
         if self.driver is None:
             return []
         found = []
-        for pid in process_tree(root):
+        for pid in [root, *descendants(root)]:
             try:
                 self.driver.state(pid)
             except CudaDriverError:

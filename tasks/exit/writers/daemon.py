@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tasks.engine.paths import mount_point
+from tasks.exit.writers.lineage import cgroup_of
 from tasks.exit.writers.recorder import LOG_NAME
 
 PID_NAME = "recorder.pid"
@@ -46,6 +48,7 @@ STOP_TIMEOUT_S = 20.0
 REPO = Path(__file__).resolve().parents[3]
 SYSTEMD_RUN_DIR = Path("/run/systemd/system")
 _SLURM_CGROUP = re.compile(r"/job_\d+(/|$)")
+CGROUP2_MOUNTS = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified")
 
 
 def unit_name(poc: str) -> str:
@@ -74,32 +77,18 @@ def uses_systemd() -> bool:
     return SYSTEMD_RUN_DIR.is_dir() and shutil.which("systemd-run") is not None
 
 
-def _own_cgroup(pid: int) -> str | None:
-    try:
-        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                return line[3:]
-    except OSError:
-        return None
-    return None
-
-
 def _cgroup2_root() -> str | None:
     """Where the cgroup v2 hierarchy is mounted (/sys/fs/cgroup, or …/unified when hybrid)."""
-    try:
-        with open("/proc/self/mountinfo", encoding="utf-8") as fh:
-            for line in fh:
-                left, _, right = line.partition(" - ")
-                if right.split()[:1] == ["cgroup2"]:
-                    return left.split()[4]
-    except (OSError, IndexError):
-        return None
+    for folder in CGROUP2_MOUNTS:
+        mounted, fstype = mount_point(folder)
+        if mounted == folder and fstype == "cgroup2":
+            return folder
     return None
 
 
 def _leave_job_cgroup(pid: int) -> str:
     """Move ``pid`` out of a Slurm job's cgroup (v2) into the root one; say what was done."""
-    cgroup = _own_cgroup(pid)
+    cgroup = cgroup_of(pid)
     if cgroup is None or not _SLURM_CGROUP.search(cgroup):
         return "its own session"
     root = _cgroup2_root()

@@ -106,7 +106,7 @@ def _exe(pid: int) -> str | None:
     return target.removesuffix(_DELETED)
 
 
-def _cgroup(pid: int) -> str | None:
+def cgroup_of(pid: int) -> str | None:
     try:
         with open(f"/proc/{pid}/cgroup", encoding="utf-8", errors="replace") as fh:
             for line in fh:
@@ -145,7 +145,7 @@ def read_proc(pid: int) -> ProcInfo | None:
         pid=pid,
         ppid=ppid,
         exe=_exe(pid),
-        cgroup=_cgroup(pid),
+        cgroup=cgroup_of(pid),
         comm=comm,
         exited=gone,
         markers=_markers(pid),
@@ -558,7 +558,7 @@ class Lineage:
             if entry is not None and entry.read_ns > ts:
                 return  # /proc was read after this exec already
         read_ns = time.monotonic_ns()
-        exe, cgroup, stat, markers = _exe(pid), _cgroup(pid), _stat(pid), _markers(pid)
+        exe, cgroup, stat, markers = _exe(pid), cgroup_of(pid), _stat(pid), _markers(pid)
         run_from = _run_from(pid)
         with self._lock:
             entry = self._table.get(pid)

@@ -5,14 +5,11 @@ how a row is kept. Plain Python: no Prefect, no Great Expectations, no pydantic.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,17 +128,3 @@ def criu_runs(binary: str | None) -> tuple[str | None, str]:
     if done.returncode != 0:
         return None, f"criu check failed: {(done.stderr or done.stdout).strip()[-300:]}"
     return binary, (done.stdout or done.stderr).strip()[-200:]
-
-
-@contextmanager
-def environ(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
