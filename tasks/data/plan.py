@@ -46,6 +46,7 @@ from tasks.data.plan_faults import (  # noqa: F401
     NOTICE_FAULTS,
     ClusterKindName,
     Fault,
+    FaultItem,
     fault_problems,
     grace_of,
     parse_fault,
@@ -53,6 +54,7 @@ from tasks.data.plan_faults import (  # noqa: F401
 )
 from tasks.data.plan_gpu import gpu_plan_problems
 from tasks.data.plan_preempt import preemptor_problems
+from tasks.data.plan_short_forms import OneOrList
 from tasks.data.plan_sizes import size_problems
 
 # What a node snapshot observes (exit.watch, exit.allowed_changes): re-exported from here.
@@ -243,7 +245,7 @@ class Success(_Strict):
 
 class Exit(_Strict):
     uninstall: list[str] = Field(min_length=1, description="argv of the uninstall command")
-    verification: list[str] = Field(
+    verification: Annotated[list[str], OneOrList()] = Field(
         min_length=1, description="what 'nothing left behind' means: the checks run after"
     )
     # A date or relative to the PoC's anchor day (today, +Nd, +Nw: tasks/data/plan_dates.py).
@@ -267,7 +269,7 @@ class Exit(_Strict):
 
 class Cluster(_Strict):
     kind: ClusterKindName
-    nodes: list[SafeName] = Field(min_length=1, max_length=2)
+    nodes: Annotated[list[SafeName], OneOrList()] = Field(min_length=1, max_length=2)
     queue: SafeName
 
     @field_validator("nodes")
@@ -324,7 +326,7 @@ class DecisionRule(_Strict):
     decision stays undecided). Before the window ends, an open criterion leaves it undecided."""
 
     # Default: every criterion (the Plan drops optional ones its success does not set).
-    criteria: list[DecisionCriterion] = Field(
+    criteria: Annotated[list[DecisionCriterion], OneOrList()] = Field(
         default_factory=lambda: list(DecisionCriterion.__args__), min_length=1
     )
     adopt: Literal["all-met"] = "all-met"
@@ -355,7 +357,7 @@ class Plan(_Strict):
     exit: Exit
     cluster: Cluster
     checkpointer: Checkpointer
-    faults: list[Fault] = Field(min_length=1)
+    faults: list[FaultItem] = Field(min_length=1)
     repeats: int = Field(
         ge=3, le=MAX_RUNS, description="runs per (measure, arm), 3..10000; one run proves nothing"
     )

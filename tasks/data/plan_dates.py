@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, ValidationInfo
+from pydantic import BeforeValidator, ValidationInfo, WithJsonSchema
 
 from tasks.data.errors import CkptPocError, PlanError
 from tasks.data.runs import poc_dir, write_json_atomically
@@ -97,7 +97,20 @@ def _plan_date(value: Any, info: ValidationInfo) -> dt.date:
 
 
 # A plan date: what code reads is always a datetime.date, resolved while the plan validates.
-PlanDate = Annotated[dt.date, BeforeValidator(_plan_date)]
+# Its JSON Schema takes both forms as written (tasks/data/plan_schema.py).
+PlanDate = Annotated[
+    dt.date,
+    BeforeValidator(_plan_date),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "format": "date"},
+                {"type": "string", "pattern": r"^(today|\+[0-9]{1,5}[dw])$"},
+            ],
+            "description": FORMS,
+        }
+    ),
+]
 
 
 @dataclass(frozen=True)

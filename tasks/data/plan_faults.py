@@ -12,6 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from tasks.data.plan_short_forms import ShortForm
 from tasks.data.plan_workload import SafeName
 
 # The plan's cluster kinds (cluster.kind); each backend registers under one of them.
@@ -156,6 +157,35 @@ Fault = Annotated[
     Field(discriminator="kind"),
 ]
 _FAULT = TypeAdapter(Fault)
+
+
+def kind_alone(value: Any) -> Any:
+    """A bare kind is its short form: ``scancel`` is ``{kind: scancel}`` (a kind that needs a
+    field of its own, grace_s say, is then refused naming that field)."""
+    return {"kind": value} if isinstance(value, str) else value
+
+
+# The kinds a bare kind is a whole fault of: those with no field they need besides kind.
+KINDS_ALONE = tuple(
+    k
+    for k in ALL_FAULTS
+    if not any(
+        info.is_required() for f, info in MODEL_BY_KIND[k].model_fields.items() if f != "kind"
+    )
+)
+
+# One item of the plan's ``faults:``: a fault, or its kind alone (tasks/data/plan_short_forms.py).
+FaultItem = Annotated[
+    Fault,
+    ShortForm(
+        kind_alone,
+        {
+            "type": "string",
+            "enum": list(KINDS_ALONE),
+            "description": "a fault's kind alone (a kind that needs no other field)",
+        },
+    ),
+]
 
 
 def parse_fault(**fields: Any) -> Fault:

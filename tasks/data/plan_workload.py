@@ -50,7 +50,17 @@ import re
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+
+from tasks.data.plan_short_forms import OneOrList, ShortForm
 
 COPY_DIR = "{copy_dir}"
 PORT = "{port}"
@@ -121,7 +131,12 @@ def _check_safe_name(value: str) -> str:
     return value
 
 
-SafeName = Annotated[str, AfterValidator(_check_safe_name)]
+# Its JSON Schema says the pattern too, so an editor flags a bad name as it is typed.
+SafeName = Annotated[
+    str,
+    AfterValidator(_check_safe_name),
+    WithJsonSchema({"type": "string", "pattern": SAFE_NAME.pattern}),
+]
 
 
 def _argv_list(value: Any, what: str) -> Any:
@@ -320,14 +335,41 @@ class FidelityFile(_Strict):
         return value
 
 
+def fidelity_file_form(value: Any) -> Any:
+    """A bare path is its short form: that file under ``{copy_dir}`` compared byte for byte
+    (a path already starting with a placeholder, or an absolute one, is kept as written, for
+    the path check to take or refuse)."""
+    if not isinstance(value, str):
+        return value
+    if value.startswith(("{", "/")):
+        return {"path": value}
+    return {"path": f"{COPY_DIR}/{value}"}
+
+
+FidelityFileItem = Annotated[
+    FidelityFile,
+    ShortForm(
+        fidelity_file_form,
+        {
+            "type": "string",
+            "minLength": 1,
+            "description": f"a file under {COPY_DIR} (or {LOG}), compared byte for byte",
+        },
+    ),
+]
+
+
 class Fidelity(_Strict):
     """How to tell a restored run from one never interrupted.
 
-    ``files``: compared with the uninterrupted reference run's at the end. ``query``: an
+    ``files``: compared with the uninterrupted reference run's at the end (a bare path: that
+    file under ``{copy_dir}``, byte for byte; tasks/data/plan_short_forms.py). ``query``: an
     argv (a service's client) whose output must be the same before each dump and after the
     restore (``expect_same``)."""
 
-    files: list[FidelityFile] = Field(default_factory=list, max_length=MAX_FIDELITY_FILES)
+    files: Annotated[list[FidelityFileItem], OneOrList()] = Field(
+        default_factory=list, max_length=MAX_FIDELITY_FILES
+    )
     query: list[str] | None = Field(default=None, min_length=1)
     expect_same: bool = True
     query_timeout_s: float = Field(default=10, gt=0, le=600, description="one query, ≤ 600 s")

@@ -1,6 +1,7 @@
 """Rendering for people, shared by the weekly report, the decision record and the stages'
-artifacts: numbers with their units and CIs, markdown and HTML tables, a self-contained HTML
-page, figures (inline SVG, PNG bytes and data URIs) and the atomic write of a rendered file.
+artifacts: numbers with their units and CIs, markdown tables, the jinja2 environment of the
+HTML pages (templates/: the page and its tables), figures (inline SVG, PNG bytes and data
+URIs) and the atomic write of a rendered file.
 
 Every figure a person reads goes through these, so the same value reads the same in the
 terminal, a Prefect artifact, the weekly page and the record.
@@ -9,6 +10,7 @@ terminal, a Prefect artifact, the weekly page and the record.
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import math
@@ -19,7 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pandas as pd
+from markupsafe import Markup
 
 NO_VALUE = "—"
 
@@ -96,18 +100,6 @@ def markdown_table(
     return [line(heads), "|" + "|".join(rule) + "|", *(line(r) for r in rows)]
 
 
-def html_table(
-    heads: Sequence[Any], rows: Sequence[Sequence[Any]], classes: Sequence[str] = ()
-) -> str:
-    """An HTML table, every cell escaped; ``classes[i]`` (when given) on row i."""
-    e = html.escape
-    out = ["<table><tr>" + "".join(f"<th>{e(str(h))}</th>" for h in heads) + "</tr>"]
-    for i, cells in enumerate(rows):
-        cls = f' class="{e(classes[i])}"' if i < len(classes) and classes[i] else ""
-        out.append(f"<tr{cls}>" + "".join(f"<td>{e(str(c))}</td>" for c in cells) + "</tr>")
-    return "\n".join([*out, "</table>"])
-
-
 def css_class(verdict: str) -> str:
     """A verdict as a CSS class: "not met" → "not-met"."""
     return verdict.replace(" ", "-")
@@ -116,17 +108,35 @@ def css_class(verdict: str) -> str:
 # --- pages and files ---------------------------------------------------------------------------
 
 
-def html_page(title: str, css: str, body: Sequence[str]) -> str:
-    """A self-contained page: ``title`` escaped, ``body`` parts as given (already escaped)."""
-    return "\n".join(
-        [
-            "<!doctype html><html><head><meta charset='utf-8'>",
-            f"<title>{html.escape(title)}</title>",
-            f"<style>{css}</style></head><body>",
-            *body,
-            "</body></html>",
-        ]
+def _escaped(value: Any) -> Any:
+    """Each ``{{ value }}`` as html.escape writes it (&#x27;, &quot;, as the pages always
+    have), before autoescape, which leaves the Markup alone; markup (a macro's, ``| safe``)
+    as it is."""
+    if hasattr(value, "__html__"):
+        return value
+    return Markup(html.escape(str(value)))
+
+
+@functools.cache
+def html_environment(package: str) -> jinja2.Environment:
+    """The HTML templates: ``package``'s templates/ folder first, then the shared ones beside
+    this module (page.html.j2, macros.html.j2); every value escaped, an undefined name an
+    error."""
+    shared = jinja2.PackageLoader(__name__.rpartition(".")[0])
+    return jinja2.Environment(
+        loader=jinja2.ChoiceLoader([jinja2.PackageLoader(package), shared]),
+        autoescape=True,  # the templates are all HTML
+        undefined=jinja2.StrictUndefined,
+        finalize=_escaped,
+        trim_blocks=True,
+        lstrip_blocks=True,
     )
+
+
+def render_page(package: str, template: str, **context: Any) -> str:
+    """``package``'s ``template`` rendered with ``context``: a self-contained page (its CSS in
+    the template, its figures inline)."""
+    return html_environment(package).get_template(template).render(**context)
 
 
 def png_data_uri(png: bytes) -> str:

@@ -4,7 +4,6 @@ fidelity, failure causes grouped; its `compatibility` rows, gates and markdown m
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -19,9 +18,9 @@ from tasks.data.jsonform import JsonForm
 from tasks.data.runctx import RunContext
 from tasks.experiments.compatibility import CompatibilityRun, WorkloadSweep
 from tasks.experiments.compatibility_cycle import CycleRecord
+from tasks.experiments.stats import wilson_interval as wilson
 
 GATE = "compatibility"
-Z95 = 1.959963984540054
 # What `ckpt-poc sweep --json` prints per workload, exactly (the issue's shape).
 SWEEP_KEYS = (
     "name",
@@ -34,20 +33,6 @@ SWEEP_KEYS = (
     "freeze_s_median",
     "image_bytes_median",
 )
-
-
-def wilson(k: int, n: int, z: float = Z95) -> tuple[float, float] | None:
-    """The Wilson score interval of k successes in n (None for n = 0)."""
-    if n <= 0:
-        return None
-    p = k / n
-    denom = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / denom
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
-    # The ends are exact at k = 0 and k = n (the formula reaches them up to rounding).
-    lo = 0.0 if k == 0 else max(0.0, centre - half)
-    hi = 1.0 if k == n else min(1.0, centre + half)
-    return lo, hi
 
 
 def cause_of(c: CycleRecord) -> str | None:

@@ -1,26 +1,26 @@
-"""Paired-comparison statistics for steady-state overhead and cold start (DESIGN.md §4).
+"""Paired-comparison statistics for steady-state overhead and cold start.
 
 Steady-state overhead comes from interleaved A B B A runs of the same workload, so the
 unit of analysis is the *pair*: managed run time / unmanaged run time. Its median gets a
 percentile-bootstrap CI, a sign-flip permutation test on the log ratios (exact for small n)
 gives the p-value, and the minimum detectable effect says what this n and this noise could
 have seen at all. Cold start compares two unpaired samples (native launch vs restore), so
-each arm is resampled on its own.
+each arm is resampled on its own. Restore counts get a Wilson score interval.
 
-Plain NumPy and ``statistics.NormalDist``: SciPy is only a transitive dependency here
-(through scikit-learn), so nothing relies on it. Every result is JSON-serialisable (plain
-float/int/str/bool/None, lists and dicts of them; never NaN).
+The bootstrap, the permutation test, the signed ranks and the Wilson interval are
+``scipy.stats``'s. Every result is JSON-serialisable (plain float/int/str/bool/None, lists
+and dicts of them; never NaN).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from statistics import NormalDist
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from tasks.data.errors import CkptPocError
 
@@ -89,30 +89,14 @@ def _check_confidence(confidence: float) -> None:
 # --- building blocks ---------------------------------------------------------------------------
 
 
-def _resampled_statistic(
-    arr: np.ndarray, statistic: Statistic, n_resamples: int, rng: np.random.Generator
-) -> np.ndarray:
-    """``statistic`` of ``n_resamples`` bootstrap resamples of ``arr`` (with replacement).
-
-    Vectorised along axis 1 in chunks, so large n does not allocate n_resamples x n at once.
-    """
-    n = len(arr)
-    rows = max(1, _BOOT_CHUNK // n)
-    out = np.empty(n_resamples)
-    for start in range(0, n_resamples, rows):
-        k = min(rows, n_resamples - start)
-        sample = arr[rng.integers(0, n, size=(k, n))]
-        try:
-            out[start : start + k] = statistic(sample, axis=1)
-        except TypeError:  # a statistic without ``axis``: slower, same answer
-            out[start : start + k] = np.apply_along_axis(statistic, 1, sample)
-    return out
+def _batch(n: int) -> int:
+    """Resamples per vectorised call, so large n does not hold n_resamples x n at once."""
+    return max(1, _BOOT_CHUNK // n)
 
 
-def _percentiles(stats: np.ndarray, confidence: float) -> tuple[float, float]:
-    tail = (1 - confidence) / 2
-    lo, hi = np.quantile(stats, [tail, 1 - tail])
-    return float(lo), float(hi)
+def _bounds(ci: Any) -> tuple[float, float]:
+    """(low, high) of a SciPy ``ConfidenceInterval`` as plain floats."""
+    return float(ci.low), float(ci.high)
 
 
 def bootstrap_ci(
@@ -124,15 +108,26 @@ def bootstrap_ci(
 ) -> tuple[float, float]:
     """Percentile-bootstrap CI of ``statistic(values)``; the same seed gives the same CI.
 
-    ``statistic`` is called as ``statistic(matrix, axis=1)`` when it accepts ``axis``
-    (NumPy reductions do), else once per resample.
+    ``statistic`` is called as ``statistic(matrix, axis=-1)`` when it has an ``axis``
+    parameter (NumPy reductions do), else once per resample.
     """
     arr = _finite("values", values)
     _check_confidence(confidence)
     if n_resamples < 1:
         raise StatsInputError(f"n_resamples must be >= 1, got {n_resamples}")
-    rng = np.random.default_rng(seed)
-    return _percentiles(_resampled_statistic(arr, statistic, n_resamples, rng), confidence)
+    if len(arr) == 1:  # every resample is the one value (SciPy wants two or more)
+        point = float(statistic(arr))
+        return point, point
+    result = stats.bootstrap(
+        (arr,),
+        statistic,
+        n_resamples=n_resamples,
+        batch=_batch(len(arr)),
+        confidence_level=confidence,
+        method="percentile",
+        rng=np.random.default_rng(seed),
+    )
+    return _bounds(result.confidence_interval)
 
 
 def paired_ratios(managed: ArrayLike, unmanaged: ArrayLike) -> np.ndarray:
@@ -143,24 +138,12 @@ def paired_ratios(managed: ArrayLike, unmanaged: ArrayLike) -> np.ndarray:
     return m / u
 
 
-def _average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n of ``x``, ties sharing their average rank (as in Wilcoxon's test)."""
-    order = np.argsort(x, kind="mergesort")
-    sorted_x = x[order]
-    ranks = np.empty(len(x))
-    # Boundaries of runs of equal values; each run gets the mean of its positions.
-    edges = np.flatnonzero(np.r_[True, sorted_x[1:] != sorted_x[:-1], True])
-    for lo, hi in itertools.pairwise(edges):
-        ranks[order[lo:hi]] = (lo + 1 + hi) / 2
-    return ranks
-
-
 def _wilcoxon(d: np.ndarray) -> dict[str, Any]:
     """Wilcoxon signed-rank statistics of differences ``d`` (zeros dropped, ties averaged)."""
     nz = d[d != 0]
     if len(nz) == 0:
         return {"wilcoxon_w": 0.0, "wilcoxon_w_plus": 0.0, "wilcoxon_w_minus": 0.0, "wilcoxon_n": 0}
-    ranks = _average_ranks(np.abs(nz))
+    ranks = stats.rankdata(np.abs(nz))  # ties share their average rank
     w_plus = float(ranks[nz > 0].sum())
     w_minus = float(ranks[nz < 0].sum())
     return {
@@ -171,10 +154,15 @@ def _wilcoxon(d: np.ndarray) -> dict[str, Any]:
     }
 
 
-def _sign_patterns(n: int) -> np.ndarray:
-    """All 2**n vectors of +-1, one per row."""
-    bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
-    return 1.0 - 2.0 * bits
+def _abs_sum_in(scale: float) -> Statistic:
+    """|sum of log ratios| in units of ``scale``, rounded to 1e-9 of it: large when the
+    pairs lean one way, whichever way that is. The rounding makes sign patterns whose sums
+    are equal but for floating-point rounding (tied |log ratios|) tie exactly."""
+
+    def abs_sum(d: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.round(np.abs(np.sum(d, axis=axis)) / scale, 9)
+
+    return abs_sum
 
 
 def paired_test(
@@ -188,43 +176,58 @@ def paired_test(
     """Two-sided sign-flip permutation test of "no difference" on the log ratios.
 
     Under the null, each pair's log ratio is as likely negative as positive, so flipping
-    signs gives its distribution; the statistic is the sum of log ratios (the log of the
+    signs gives its distribution; the statistic is |sum of log ratios| (the log of the
     geometric mean ratio, times n). For n <= ``exact_max_n`` every sign pattern is counted
-    (exact p); above that ``n_random`` seeded random patterns, p = (1 + hits) / (1 + draws)
-    so it is never 0. The Wilcoxon signed-rank W of the same log ratios comes alongside.
+    (exact p), as it is whenever ``n_random`` >= 2^n; otherwise ``n_random`` seeded random
+    patterns, p = (1 + hits) / (1 + draws) so it is never 0. The Wilcoxon signed-rank W of
+    the same log ratios comes alongside.
     """
     d = np.log(paired_ratios(managed, unmanaged))
     n = len(d)
     observed = float(d.sum())
-    # Tolerance: a pattern that reproduces |observed| up to rounding counts as reaching it.
-    tol = 1e-9 * max(float(np.abs(d).sum()), 1e-300)
-    if n <= exact_max_n:
-        sums = _sign_patterns(n) @ np.abs(d)
-        hits = int(np.count_nonzero(np.abs(sums) >= abs(observed) - tol))
-        p = hits / len(sums)
-        method = f"exact sign-flip permutation test on log ratios (all 2^{n} sign patterns)"
-        n_perm = len(sums)
+    n_perm = 2**n if n <= exact_max_n else n_random
+    exact = n_perm >= 2**n
+    if n == 1:  # both sign patterns reach |observed| (SciPy wants two or more pairs)
+        p = 1.0
     else:
-        rng = np.random.default_rng(seed)
-        signs = rng.choice(np.array([-1.0, 1.0]), size=(n_random, n))
-        sums = signs @ np.abs(d)
-        hits = int(np.count_nonzero(np.abs(sums) >= abs(observed) - tol))
-        p = (1 + hits) / (1 + n_random)
+        p = stats.permutation_test(
+            (d,),
+            _abs_sum_in(max(float(np.abs(d).sum()), 1e-300)),
+            permutation_type="samples",  # one sample: each value's sign is flipped
+            vectorized=True,
+            n_resamples=n_perm,
+            batch=_batch(n),
+            alternative="greater",
+            rng=np.random.default_rng(seed),
+        ).pvalue
+    if exact:
+        n_perm = 2**n
+        method = f"exact sign-flip permutation test on log ratios (all 2^{n} sign patterns)"
+    else:
         method = (
             f"sign-flip permutation test on log ratios ({n_random} random sign patterns, "
             f"seed {seed})"
         )
-        n_perm = n_random
     return {
         "method": method,
         "n": n,
-        "exact": n <= exact_max_n,
+        "exact": exact,
         "n_permutations": n_perm,
         "mean_log_ratio": observed / n,
         "geometric_mean_ratio": math.exp(observed / n),
         "p_value": float(min(1.0, p)),
         **_wilcoxon(d),
     }
+
+
+def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
+    """The Wilson score interval of k successes in n (None for n = 0; ends exact at 0 and n)."""
+    if n <= 0:
+        return None
+    _check_confidence(confidence)
+    if not 0 <= k <= n:
+        raise StatsInputError(f"successes must be in [0, n = {n}], got {k!r}")
+    return _bounds(stats.binomtest(k, n).proportion_ci(confidence, method="wilson"))
 
 
 def minimum_detectable_effect(
@@ -390,6 +393,21 @@ def compare_paired(
 _STATISTICS: dict[str, Statistic] = {"median": np.median, "mean": np.mean}
 
 
+def _ratio_of(stat: Statistic) -> Statistic:
+    """stat(a) / stat(b), vectorised along ``axis`` as SciPy's bootstrap calls it."""
+
+    def ratio(a: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+        return stat(a, axis=axis) / stat(b, axis=axis)
+
+    return ratio
+
+
+def _two_or_more(arr: np.ndarray) -> np.ndarray:
+    """A one-value arm written twice: it resamples to the same value either way, and
+    SciPy's bootstrap wants two or more (the median and the mean do not change)."""
+    return np.repeat(arr, 2) if len(arr) == 1 else arr
+
+
 def _arm_summary(arr: np.ndarray) -> dict[str, Any]:
     return {
         "n": len(arr),
@@ -424,11 +442,17 @@ def compare_speedup(
     _check_confidence(confidence)
     stat = _STATISTICS[statistic]
     speedup = float(stat(native) / stat(restore))
-    rng = np.random.default_rng(seed)
-    boot = _resampled_statistic(native, stat, n_resamples, rng) / _resampled_statistic(
-        restore, stat, n_resamples, rng
+    lo, hi = _bounds(
+        stats.bootstrap(
+            (_two_or_more(native), _two_or_more(restore)),
+            _ratio_of(stat),
+            n_resamples=n_resamples,
+            batch=_batch(max(len(native), len(restore))),
+            confidence_level=confidence,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        ).confidence_interval
     )
-    lo, hi = _percentiles(boot, confidence)
     few = min(len(native), len(restore))
     if few < min_per_arm:
         verdict = "undecided"

@@ -5,14 +5,13 @@ the same matplotlib figure as a PNG image in the PDF."""
 
 from __future__ import annotations
 
-import html
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.data.render import html_page, html_table
+from tasks.data.render import render_page
 
 
 @dataclass
@@ -60,31 +59,10 @@ class Doc:
         self.blocks.append(Block("figure", text=caption, svg=svg, png=png))
 
 
-_CSS = (
-    "body{font-family:sans-serif;max-width:80em;margin:1em auto}"
-    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em;"
-    "vertical-align:top;white-space:pre-wrap}"
-    ".met{background:#dfd}.not-met{background:#fdd}.undecided,.blocked{background:#fec}"
-    "pre{background:#f6f6f6;padding:.5em;overflow:auto}"
-    "figure{margin:1em 0}svg{max-width:100%;height:auto}figcaption{font-size:.9em;color:#333}"
-)
-
-
 def render_html(doc: Doc, title: str) -> str:
-    e = html.escape
-    body = []
-    for b in doc.blocks:
-        if b.kind in ("h1", "h2", "h3"):
-            body.append(f"<{b.kind}>{e(b.text)}</{b.kind}>")
-        elif b.kind == "p":
-            body.append(f"<p>{e(b.text)}</p>")
-        elif b.kind == "pre":
-            body.append(f"<pre>{e(b.text)}</pre>")
-        elif b.kind == "figure":
-            body.append(f"<figure>{b.svg}<figcaption>{e(b.text)}</figcaption></figure>")
-        else:
-            body.append(html_table(b.heads, b.rows, b.classes))
-    return html_page(title, _CSS, body)
+    """The self-contained page (templates/record.html.j2): every text escaped, figures inline."""
+    package = __name__.rpartition(".")[0]
+    return render_page(package, "record.html.j2", page_title=title, blocks=doc.blocks)
 
 
 def _font_dir() -> Path:

@@ -1,10 +1,9 @@
 """The weekly report for people: verdict sentences, the table artifact, the markdown, the
-extrapolation inputs as tables and the self-contained HTML page (figures as inline SVG, every
-text escaped)."""
+extrapolation inputs as tables and the self-contained HTML page (templates/weekly.html.j2:
+figures as inline SVG, every text escaped)."""
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -18,11 +17,10 @@ from tasks.data.render import (
     NO_VALUE,
     ci,
     css_class,
-    html_page,
-    html_table,
     markdown_table,
     number,
     records,
+    render_page,
     sig,
     write_atomically,
 )
@@ -34,7 +32,7 @@ from tasks.window.weekly.interruptions import HEADS as LOSS_HEADS
 from tasks.window.weekly.interruptions import TITLE as INTERRUPTIONS
 from tasks.window.weekly.interruptions import InterruptionSection
 from tasks.window.weekly.model import TITLES, compare, verdict_text
-from tasks.window.weekly.plots import Chart, plots
+from tasks.window.weekly.plots import plots
 from tasks.window.weekly.restores import (
     CAUSE_HEADS,
     RESTORE_HEADS,
@@ -49,12 +47,6 @@ from tasks.window.weekly.restores import (
 from tasks.window.weekly.rows import Series
 
 Rows = pd.DataFrame | Sequence[Mapping[str, Any]]
-_CSS = (
-    "body{font-family:sans-serif;max-width:70em;margin:1em auto}"
-    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:.2em .5em}"
-    ".met{background:#dfd}.not-met{background:#fdd}.blocked{background:#fec}"
-    "svg{max-width:100%;height:auto}figure{margin:1em 0}figcaption{font-size:.9em;color:#333}"
-)
 CHANGE_HEADS = ("week", "segment", "source", "field", "before", "after")
 GAP_HEADS = ("node", "source", "entity", "metric", "from", "to", "seconds", "reason")
 
@@ -310,14 +302,15 @@ def weekly_markdown(
     return "\n".join(lines)
 
 
-def chart_html(chart: Chart, level: int = 2) -> str:
-    """A chart under its heading: the inline SVG and its caption, or the caption alone (one
-    line saying there is no data)."""
-    e = html.escape
-    head = f"<h{level}>{e(chart.title)}</h{level}>"
-    if chart.empty:
-        return f"{head}<p>{e(chart.caption)}</p>"
-    return f"{head}<figure>{chart.svg}<figcaption>{e(chart.caption)}</figcaption></figure>"
+def _compat_context(s: CompatSection) -> dict[str, Any]:
+    """The Compatibility and Restore reliability sections' lines and rows."""
+    return {
+        "headline": s.headline,
+        "workloads": workload_rows(s) if s.workloads else [],
+        "causes": cause_rows(s),
+        "restores_line": restores_line(s.restores),
+        "restores": restore_rows(s.restores) if s.restores else [],
+    }
 
 
 def weekly_html(
@@ -332,61 +325,41 @@ def weekly_html(
     interruptions: InterruptionSection | None = None,
     goodput: GoodputSection | None = None,
 ) -> Path:
-    """A self-contained page (figures as inline SVG, every text escaped), written atomically."""
-    e = html.escape
+    """A self-contained page (templates/weekly.html.j2: figures as inline SVG, every text
+    escaped), written atomically."""
     recs = records(rows)
     week = recs[0]["week"] if recs else ""
     table = weekly_table_rows(recs)
-    parts = [
-        f"<h1>{e(title)} — weekly report {e(week)}</h1>",
-        "<h2>Verdicts</h2>",
-        "<ul>" + "".join(f"<li>{e(v)}</li>" for v in weekly_verdicts(recs)) + "</ul>",
-        html_table(
-            list(table[0]) if table else ["measure"],
-            [list(t.values()) for t in table],
-            [css_class(t["verdict"].split(":", 1)[0]) for t in table],
-        ),
-        f"<p>Workloads this week: {e(', '.join(series.workloads) or 'none')}. Trial-based rows "
-        "pool the segment's trials to date; extrapolated rows list their inputs below.</p>",
-    ]
-    parts += [chart_html(c) for c in plots(series, recs)]
-    parts.append("<h2>Extrapolation inputs</h2>")
-    for measures, table_rows in extrapolation_inputs(recs):
-        titles = ", ".join(TITLES.get(m, m) for m in measures)
-        parts.append(f"<h3>{e(titles)}</h3>" + html_table(INPUT_HEADS, table_rows))
-    parts.append("<h2>Change points</h2>")
-    parts.append(
-        html_table(CHANGE_HEADS, change_rows(change_points)) if change_points else "<p>none</p>"
+    page = render_page(
+        __name__.rpartition(".")[0],
+        "weekly.html.j2",
+        page_title=f"{title} weekly report {week}".strip(),
+        title=title,
+        week=week,
+        verdicts=weekly_verdicts(recs),
+        heads=list(table[0]) if table else ["measure"],
+        rows=[list(t.values()) for t in table],
+        classes=[css_class(t["verdict"].split(":", 1)[0]) for t in table],
+        workloads=", ".join(series.workloads) or "none",
+        charts=plots(series, recs),
+        input_heads=INPUT_HEADS,
+        inputs=[
+            (", ".join(TITLES.get(m, m) for m in measures), table_rows)
+            for measures, table_rows in extrapolation_inputs(recs)
+        ],
+        change_heads=CHANGE_HEADS,
+        change_rows=change_rows(change_points),
+        gap_heads=GAP_HEADS,
+        gap_rows=[["" if g.get(h) is None else g.get(h) for h in GAP_HEADS] for g in gaps],
+        compatibility=None if compatibility is None else _compat_context(compatibility),
+        workload_heads=WORKLOAD_HEADS,
+        cause_heads=CAUSE_HEADS,
+        restore_heads=RESTORE_HEADS,
+        interruptions=interruptions,
+        interruptions_title=INTERRUPTIONS,
+        loss_heads=LOSS_HEADS,
+        goodput=goodput,
+        goodput_title=GOODPUT,
+        goodput_heads=GOODPUT_HEADS,
     )
-    parts.append("<h2>Sample gaps this week</h2>")
-    gap_rows = [["" if g.get(h) is None else g.get(h) for h in GAP_HEADS] for g in gaps]
-    parts.append(html_table(GAP_HEADS, gap_rows) if gaps else "<p>none</p>")
-    if compatibility is not None:
-        parts += compatibility_html(compatibility)
-    if interruptions is not None:
-        parts += [f"<h2>{e(INTERRUPTIONS)}</h2>", f"<p>{e(interruptions.line)}</p>"]
-        if interruptions.rows:
-            parts.append(html_table(LOSS_HEADS, interruptions.rows))
-        parts += [f"<p>{e(h)}</p>" for h in interruptions.holds]
-    if goodput is not None:
-        parts += [f"<h2>{e(GOODPUT)}</h2>", f"<p>{e(goodput.status)}</p>"]
-        if goodput.rows:
-            parts.append(html_table(GOODPUT_HEADS, goodput.rows))
-        parts += [f"<p>excluded: {e(x)}</p>" for x in goodput.exclusions]
-    page = html_page(f"{title} weekly report {week}".strip(), _CSS, parts)
     return write_atomically(out_path, page.encode("utf-8"))
-
-
-def compatibility_html(s: CompatSection) -> list[str]:
-    """The Compatibility and Restore reliability sections of the page."""
-    e = html.escape
-    parts = ["<h2>Compatibility</h2>", f"<p>{e(s.headline)}.</p>"]
-    if s.workloads:
-        parts.append(html_table(WORKLOAD_HEADS, workload_rows(s)))
-    causes = cause_rows(s)
-    if causes:
-        parts += ["<h3>Failures and their causes</h3>", html_table(CAUSE_HEADS, causes)]
-    parts += ["<h2>Restore reliability</h2>", f"<p>{e(restores_line(s.restores))}</p>"]
-    if s.restores:
-        parts.append(html_table(RESTORE_HEADS, restore_rows(s.restores)))
-    return parts
