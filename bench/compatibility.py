@@ -482,7 +482,7 @@ def measured(arm: Callable[..., dict[str, Any]], *args: Any) -> dict[str, Any]:
 
 def mpi_leftovers(before: set[str]) -> list[str]:
     """What Open MPI left on the node since ``before`` (session folders, vader segments):
-    removed, and said (tests/test_range_sweep.py does the same)."""
+    removed, and said (tests/integration/test_range_sweep.py does the same)."""
     now = set(glob.glob("/tmp/ompi.*/*")) | set(glob.glob("/dev/shm/vader_segment.*"))
     left = sorted(now - before)
     for path in left:

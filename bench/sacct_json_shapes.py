@@ -7,7 +7,7 @@ bench/sacct_json_ingest.py's document holds only the fields the baseline reads, 
 A real v0.0.44 document (Slurm 25.11) holds much more a job: association, comment, flags, QOS,
 submit line, working directory, … and steps (batch, extern, srun) with their statistics and
 TRES requested/consumed (min, max, average, total). This bench writes such a document, the
-12 jobs of tests/fixtures/sacct_json/v0.0.44.json repeated with fresh ids plus those unread
+12 jobs of tests/support/fixtures/sacct_json/v0.0.44.json repeated with fresh ids plus those unread
 fields in the structure of Slurm's v0.0.44 OpenAPI specification, and converts it three ways,
 each in a fresh child process, one process each (CKPT_POC_JSON_WORKERS=1):
 

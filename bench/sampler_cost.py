@@ -5,7 +5,7 @@ interval (10 s), side by side in one run.
   the obvious alternative, psutil.process_iter reading every process's environment, CPU
   times and memory at every read; both attribute the same two real workload copies.
 - nvml: our NvmlSampler on 8 GPUs through pynvml's real ctypes layer, against the stand-in
-  libnvidia-ml.so.1 of the contract tests (tests/fake_nvml): the call path's cost, not a
+  libnvidia-ml.so.1 of the contract tests (tests/support/fake_nvml): the call path's cost, not a
   driver's (a driver's calls cost more; run it on a GPU node for that figure).
 
 Cost per read is measured as the sampling thread's CPU time (time.thread_time) over many

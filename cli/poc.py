@@ -20,6 +20,7 @@ from cli.install import run_uninstall
 from cli.status import print_state
 from tasks.baseline.accounting import KEY_ENV
 from tasks.data.errors import CkptPocError
+from tasks.data.settings import settings
 from tasks.poc.stages import STAGE_NAMES
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ def demo_cmd(
     exit verdict); the decision record, whose path is printed last. Exits non-zero only
     when a stage fails: leftovers are the verdict. Run again on the same data it re-runs
     nothing and prints what the PoC already has; --fresh runs it afresh in a new folder."""
-    if not os.environ.get(KEY_ENV):
+    if settings().pseudonym_key is None:
         # The demo has no site secret: a one-off key keeps identities hidden, at the cost of
         # pseudonyms that do not link across runs. Real runs must set the key.
         os.environ[KEY_ENV] = secrets.token_hex(32)

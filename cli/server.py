@@ -30,9 +30,10 @@ import urllib.request
 from pathlib import Path
 
 from tasks.data.errors import CkptPocError
+from tasks.data.settings import env_name, settings
 from tasks.engine.preflight import log_tail
 
-START_TIMEOUT_ENV = "CKPT_POC_PREFECT_START_TIMEOUT_S"
+START_TIMEOUT_ENV = env_name("prefect_start_timeout_s")
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 _server: subprocess.Popen[bytes] | None = None
@@ -143,7 +144,7 @@ def _start_and_wait(argv: list[str], env: dict[str, str], log: Path, api_url: st
             preexec_fn=_die_with_parent,
         )
     atexit.register(stop_server)
-    timeout_s = float(os.environ.get(START_TIMEOUT_ENV) or 180)
+    timeout_s = settings().prefect_start_timeout_s
     deadline = time.monotonic() + timeout_s
     while not _healthy(api_url):
         if _server.poll() is not None:

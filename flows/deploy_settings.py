@@ -9,6 +9,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from tasks.data import env_markers
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan, load_plan
 
@@ -16,15 +17,15 @@ from tasks.data.plan import Plan, load_plan
 def deploy_settings(plan: Plan, plan_path: str) -> dict[str, str]:
     schedules = plan.window.schedules
     return {
-        "CKPT_POC_PLAN": plan_path,
-        "CKPT_POC_SCHEDULES_ACTIVE": "true" if schedules.active else "false",
-        "CKPT_POC_TIMEZONE": schedules.timezone,
-        "CKPT_POC_CRON_SAMPLE_WINDOW": schedules.sample_window,
-        "CKPT_POC_CRON_UTILIZATION": schedules.utilization,
-        "CKPT_POC_CRON_WEEKLY_REPORT": schedules.weekly_report,
+        env_markers.PLAN: plan_path,
+        env_markers.SCHEDULES_ACTIVE: "true" if schedules.active else "false",
+        env_markers.TIMEZONE: schedules.timezone,
+        env_markers.CRON_SAMPLE_WINDOW: schedules.sample_window,
+        env_markers.CRON_UTILIZATION: schedules.utilization,
+        env_markers.CRON_WEEKLY_REPORT: schedules.weekly_report,
         # The way out is tried during the PoC: uninstall once, on exit.test_by at 09:00
         # (Prefect's rrule takes UNTIL, not COUNT).
-        "CKPT_POC_RRULE_UNINSTALL": (
+        env_markers.RRULE_UNINSTALL: (
             f"DTSTART:{plan.exit.test_by:%Y%m%d}T090000\n"
             f"RRULE:FREQ=DAILY;UNTIL={plan.exit.test_by:%Y%m%d}T235959"
         ),

@@ -44,7 +44,8 @@ from tasks.baseline.quarantine import Quarantined
 from tasks.baseline.source_files import open_source
 from tasks.baseline.source_sacct import run_sacct_live
 from tasks.baseline.time_formats import detect_dump_time_formats
-from tasks.data.cpus import count_from_env, usable_cpus
+from tasks.data.cpus import usable_cpus
+from tasks.data.settings import settings
 from tasks.data.slurm_states import DOCUMENTED_STATES
 
 # What the rest of ckpt-poc imports from here (among them DOCUMENTED_STATES and parse_tres,
@@ -235,7 +236,7 @@ def parse_sacct_stream(
 # Blocks parsed at once. Arrow's compute kernels release the GIL, and a block's field parsing
 # runs one kernel at a time: a second block beside it uses the core the first leaves idle
 # (5 M rows on 2 cores: ~1.5 s less). CKPT_POC_PARSE_THREADS=1 parses one at a time.
-PARSE_THREADS = count_from_env("CKPT_POC_PARSE_THREADS") or min(2, usable_cpus())
+PARSE_THREADS = settings().parse_threads or min(2, usable_cpus())
 
 
 def _in_order(

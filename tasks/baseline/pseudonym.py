@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.data.errors import SecretError
 from tasks.data.secret_blocks import load_secret_block
+from tasks.data.settings import env_name, settings
 
-KEY_ENV = "CKPT_POC_PSEUDONYM_KEY"
+KEY_ENV = env_name("pseudonym_key")
 
 
 class Pseudonymiser:
@@ -49,9 +49,9 @@ class Pseudonymiser:
 
 def load_pseudonym_key(secret_block: str | None = None) -> tuple[bytes, str]:
     """The HMAC key from the environment, else from a Prefect Secret; (key, where it came from)."""
-    value = os.environ.get(KEY_ENV)
-    if value:
-        return value.encode(), f"environment variable {KEY_ENV}"
+    value = settings().pseudonym_key
+    if value is not None:
+        return value.get_secret_value().encode(), f"environment variable {KEY_ENV}"
     if secret_block:
         secret = load_secret_block(
             secret_block, "the pseudonymisation key", f"set {KEY_ENV} instead"

@@ -12,7 +12,6 @@ import datetime as dt
 import io
 import json
 import logging
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,12 +45,10 @@ from tasks.data.gates import (
 from tasks.data.plan import Plan, SlurmrestdSource
 from tasks.data.runctx import RunContext
 from tasks.data.secret_blocks import load_secret_block
+from tasks.data.settings import settings
 from tasks.data.store import stage_dataset, write_dataset
 
-# Above this input size the Dask path is chosen (a 20 M-row history is about 4 GB).
 log = logging.getLogger(__name__)
-
-DASK_THRESHOLD_BYTES = int(os.environ.get("CKPT_POC_DASK_THRESHOLD_BYTES", 2 << 30))
 
 
 @dataclass
@@ -385,7 +382,8 @@ def run_baseline(
     reading = _Reading(delimiter, sacct_format, anchor)
     # GX imports in its worker while a big dump is parsed.
     with stream, warmed(size), stage_allocator():
-        if use_dask if use_dask is not None else size > DASK_THRESHOLD_BYTES:
+        # Above settings' dask_threshold_bytes, Dask (a 20 M-row history is about 4 GB).
+        if use_dask if use_dask is not None else size > settings().dask_threshold_bytes:
             result = _run_dask(stream, source, pseudonymiser, plan, ctx, reading)
         else:
             result = _run_in_memory(stream, source, pseudonymiser, plan, ctx, reading)

@@ -1,7 +1,7 @@
 """``sacct --json`` (and slurmrestd's ``/slurmdb/v0.0.NN/jobs``) → a ``-P`` dump in our --format.
 
 Every data_parser version from v0.0.37 (Slurm 21.08) to v0.0.44 (Slurm 25.11) is read; the
-shapes differ (tests/fixtures/sacct_json/README.md has the table and where each comes from):
+shapes differ (tests/support/fixtures/sacct_json/README.md has the table and where each comes from):
 
 - numbers: plain ints (v0.0.37/38, where Slurm writes null for "not set" and "infinite"), or
   ``{"set", "infinite", "number"}`` (v0.0.39 on);

@@ -1,7 +1,7 @@
 """``sacct --json`` read fast: the jobs decoded by orjson in chunks, their common shapes → rows.
 
 Both halves are shortcuts that answer only when sure, each behind the slow reading it must
-agree with (tests/test_sacct_json.py holds them to it):
+agree with (tests/unit/test_sacct_json.py holds them to it):
 
 - ``fast_jobs`` cuts the jobs list into ~16 KiB chunks where this document writes its
   separator between jobs, and proves each cut by orjson parsing the chunk; a document it

@@ -47,11 +47,12 @@ from tasks.baseline.sacct_json import (
     write_rows,
 )
 from tasks.baseline.sacct_json_fast import Unchunked, chunks, jobs_list, tail_jobs
-from tasks.data.cpus import count_from_env, usable_cpus
+from tasks.data.cpus import usable_cpus
+from tasks.data.settings_bare import env_name
 
 log = logging.getLogger(__name__)
 
-WORKERS_ENV = "CKPT_POC_JSON_WORKERS"
+WORKERS_ENV = env_name("json_workers")
 MIN_PARALLEL_BYTES = 64 << 20  # below this a worker's start costs more than it saves
 MAX_PROCESSES = 8
 _RELEASE_BYTES = 64 << 20  # a worker drops the mapped pages it has read every this many bytes
@@ -74,7 +75,10 @@ class _Lost(Exception):
 
 def processes(size: int) -> int:
     """How many processes convert a document of ``size`` bytes (1: no workers)."""
-    forced = count_from_env(WORKERS_ENV)
+    # Here, not at the top: a worker process imports this module and has no use for pydantic.
+    from tasks.data.settings import settings
+
+    forced = settings().json_workers
     if forced is not None:
         return min(forced, MAX_PROCESSES)
     if size < MIN_PARALLEL_BYTES:

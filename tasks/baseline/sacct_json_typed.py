@@ -9,7 +9,7 @@ bytes, whose text is memoised by those bytes. Nothing else of a job becomes an o
 
 It answers only when sure: a chunk whose any job does not fit the structs, or whose any value
 fast_job_rows would not read, gives None, and the caller decodes it with orjson as before. The
-rows it gives are fast_job_rows's (tests/test_sacct_json.py holds them to job_rows's).
+rows it gives are fast_job_rows's (tests/unit/test_sacct_json.py holds them to job_rows's).
 A chunk msgspec decodes is whole JSON, so it proves its cut as orjson's reading does.
 """
 

@@ -3,7 +3,7 @@
 Each dataset is declared once (``DatasetSpec``): its columns with types, bounds and allowed
 values, its key, and the timestamp column whose ISO week partitions it. The declaration
 produces the pyarrow schema (writer), the pandas dtypes (readers, pandas and Dask) and the
-Great Expectations suite (``tasks.data.gates``); ``tests/test_datasets.py`` asserts they agree.
+Great Expectations suite (``tasks.data.gates``); ``tests/unit/test_datasets.py`` asserts they agree.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+from tasks.data import settings_bare
+
 # The CRIU scripts/install-criu builds when the system's fails `criu check`.
 CRIU_BUILD = Path(__file__).resolve().parents[2] / ".tools" / "criu" / "bin" / "criu"
 
@@ -134,7 +136,7 @@ def _mem_bytes() -> int:
 
 def criu_binary() -> str | None:
     """The CRIU the product runs: $CKPT_POC_CRIU, else the project's build, else PATH's."""
-    for candidate in (os.environ.get("CKPT_POC_CRIU"), str(CRIU_BUILD), shutil.which("criu")):
+    for candidate in (settings_bare.criu(), str(CRIU_BUILD), shutil.which("criu")):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     return None

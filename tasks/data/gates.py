@@ -34,6 +34,7 @@ from tasks.data.cpus import usable_cpus
 from tasks.data.datasets import DATASETS, GATES, DatasetSpec
 from tasks.data.errors import GateFailed
 from tasks.data.runctx import RunContext
+from tasks.data.settings import settings
 from tasks.data.store import write_dataset
 
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
@@ -107,9 +108,9 @@ def _worker_wanted(input_bytes: int | None = None) -> bool:
     same jobs as sacct --json 18.2 → 14.6 s, 5 M rows 25.9 → 20.4 s (the parse, which
     uses both cores, no slower). A small input has no work to hide the import behind, and a
     context built in this process serves every later gate of the process."""
-    asked = os.environ.get("CKPT_POC_GX_WORKER")
+    asked = settings().gx_worker
     if asked is not None:
-        return asked != "0"
+        return asked
     if usable_cpus() >= _WORKER_MIN_CORES:
         return True
     return input_bytes is not None and input_bytes >= _WORKER_MIN_INPUT_BYTES
@@ -149,7 +150,7 @@ def build_suite(spec: DatasetSpec) -> Any:
 # Rows GX validates per dataset: a larger table (a long accounting history) is validated by GX
 # on a seeded random sample of this many rows, and checked exactly over every row in pyarrow
 # (exact_checks); every check says which in `observed`.
-GX_MAX_ROWS = int(os.environ.get("CKPT_POC_GX_MAX_ROWS", 20_000))
+GX_MAX_ROWS = settings().gx_max_rows
 _UNEXPECTED_SHOWN = 20  # unexpected values named in a failed exact check, as GX's partial list
 
 

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tasks.data.errors import CkptPocError
+from tasks.data.settings import env_name, settings
 
-LOCK_DIR_ENV = "CKPT_POC_LOCK_DIR"
-DEFAULT_LOCK_DIR = Path("/tmp/ckpt-poc-locks")
+LOCK_DIR_ENV = env_name("lock_dir")
 WAIT_NOTICE_S = 30  # how often a waiting run says again what it waits for
 
 
@@ -31,7 +31,7 @@ class NodesBusy(CkptPocError):
 
 
 def lock_dir() -> Path:
-    return Path(os.environ.get(LOCK_DIR_ENV) or DEFAULT_LOCK_DIR)
+    return settings().lock_dir
 
 
 def _lock_path(cluster_kind: str, node: str) -> Path:

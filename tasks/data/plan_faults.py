@@ -2,7 +2,7 @@
 cluster kinds it applies to. `Fault` is their discriminated union on ``kind``, so a field on
 the wrong kind is a schema error naming the field (rendered by `fault_schema_problem`), and
 every per-kind table (the kinds per cluster, the kinds with a notice) is read off the models.
-Their delivery lives in the engine's backends (tasks/engine/faults.py); tests/test_backends.py
+Their delivery lives in the engine's backends (tasks/engine/faults.py); tests/unit/test_backends.py
 proves the two cover each other."""
 
 from __future__ import annotations

@@ -387,7 +387,7 @@ _ENCODER = json.JSONEncoder(sort_keys=True, default=str)  # json.dumps builds on
 def _event_line(ev: Event) -> str:
     """``ev`` as one JSON object, keys sorted. The batch writer runs this once per workload
     step, so the usual event (str fields, a flat detail of str or int) is written by hand,
-    the same bytes as ``json.dumps`` (tests/test_events_journal.py); anything else goes
+    the same bytes as ``json.dumps`` (tests/unit/test_events_journal.py); anything else goes
     through the encoder."""
     strs = (ev.arm, ev.event, ev.host, ev.trial_id)
     detail = _flat_detail(ev.detail)

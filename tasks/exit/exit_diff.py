@@ -34,6 +34,7 @@ from tasks.data.datasets import EVENTS, EXIT_DIFF, EXIT_VERDICTS, WRITE_GAPS, WR
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import AllowedChange, Plan
 from tasks.data.runctx import RunContext
+from tasks.data.settings import env_name
 from tasks.data.store import read_dataset, write_dataset
 from tasks.exit.footprint import known_footprint
 from tasks.exit.snapshots import allowed_changes, latest_snapshot, recheck_phase
@@ -92,7 +93,7 @@ def refuse_other_keys(before: pd.DataFrame, after: pd.DataFrame) -> None:
     if a is not None and b is not None and a != b:
         raise CkptPocError(
             f"{_describe(before)} and {_describe(after)} hashed the processes' argv with "
-            "different pseudonymisation keys: set CKPT_POC_PSEUDONYM_KEY (or the plan's "
+            f"different pseudonymisation keys: set {env_name('pseudonym_key')} (or the plan's "
             "baseline.pseudonym_key_secret) to the key of the first and snapshot again"
         )
 

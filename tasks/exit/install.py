@@ -53,19 +53,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
+from tasks.data import env_markers
 from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import REPO_ROOT, RunContext
 from tasks.data.runs import write_json_atomically
+from tasks.data.settings import env_name, settings
 from tasks.engine.clock import EventRecorder
 
-PREFIX_ROOT_ENV = "CKPT_POC_PREFIX_ROOT"
-DEFAULT_PREFIX_ROOT = Path("/opt/ckpt-poc")
+PREFIX_ROOT_ENV = env_name("prefix_root")
 MANIFEST = "manifest.json"
 WRAPPER = "ckpt-poc-job"
 SPANK_SO = "ckpt_poc_spank.so"
 OPT_IN_FLAG = "--ckpt-poc"
-OPT_IN_ENV = "CKPT_POC_MANAGED"
+OPT_IN_ENV = env_markers.MANAGED
 TRIAL = "install"  # the events' trial_id for install, opt-in and uninstall
 STEP_TIMEOUT_S = 600  # a step that has not ended by then (srun waiting for the node) failed
 
@@ -128,7 +129,7 @@ def target_nodes(plan: Plan, nodes: Sequence[str] | None) -> list[str]:
 
 
 def prefix_root() -> Path:
-    return Path(os.environ.get(PREFIX_ROOT_ENV) or DEFAULT_PREFIX_ROOT)
+    return settings().prefix_root
 
 
 def plugstack_dropin_dir() -> Path:
@@ -300,15 +301,16 @@ def spank_plugin() -> Path:
 
 def wrapper_text(plan: Plan, prefix: Path) -> str:
     q = shlex.quote  # every value quoted: the file is a shell script
+    poc_env, criu_env = env_markers.WRAPPER_POC, env_name("criu")
     return (
         "#!/bin/sh\n"
         f"# ckpt-poc managed-job wrapper of PoC {plan.poc}: written by `ckpt-poc install`,\n"
         "# removed by its uninstall. CRIU checkpoints a job only when it opted in\n"
         f"# ({OPT_IN_ENV}={plan.poc}, set by `sbatch {OPT_IN_FLAG}` or --export).\n"
-        f"CKPT_POC_WRAPPER_POC={q(plan.poc)}\n"
-        f"CKPT_POC_CRIU={q(str(prefix / 'bin' / 'criu'))}\n"
+        f"{poc_env}={q(plan.poc)}\n"
+        f"{criu_env}={q(str(prefix / 'bin' / 'criu'))}\n"
         f'PYTHONPATH={q(str(REPO_ROOT))}"${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-        "export CKPT_POC_WRAPPER_POC CKPT_POC_CRIU PYTHONPATH\n"
+        f"export {poc_env} {criu_env} PYTHONPATH\n"
         f'exec {q(sys.executable)} -m tasks.engine.clusters.slurm.managed_job "$@"\n'
     )
 
@@ -537,7 +539,8 @@ def uninstall(
     # nodes' shared _install/) is empty only once the later ones are gone.
     for node in reversed(chosen):
         lay = layout(plan, node, dropin_dir)
-        done = _step(plan, rec, node, "uninstall", argv, CKPT_POC_MANIFEST=str(lay.manifest))
+        manifest = {env_markers.MANIFEST: str(lay.manifest)}  # where exit.uninstall reads it
+        done = _step(plan, rec, node, "uninstall", argv, **manifest)
         tail = (done.stderr + done.stdout).strip()[-1500:]
         result[node] = {"rc": done.returncode, "manifest": str(lay.manifest), "output": tail}
         if done.returncode != 0:

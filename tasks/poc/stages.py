@@ -2,7 +2,7 @@
 
 `poc` (flows/poc.py) runs them in this order through their flows, `ckpt-poc status` and the
 `poc` flow's artifact show them (tasks/poc/progress.py), the CLI's `--until` lists them and
-tests/test_layout.py checks each one against its flow and prefect.yaml. Adding a stage is one
+tests/unit/test_layout.py checks each one against its flow and prefect.yaml. Adding a stage is one
 `Stage(...)` here and its flow in flows/.
 
 A stage's ``done`` answers, from the committed data only (tasks/poc/evidence.py), why the stage

@@ -41,12 +41,13 @@ from pydantic import SecretStr
 from tasks.data.arms import ARMS
 from tasks.data.errors import BlastRadiusError, CkptPocError, SecretError
 from tasks.data.plan import SAFE_NAME, Plan
+from tasks.data.settings import env_name, settings
 
 URL_ENV = "CEDANA_URL"
 TOKEN_ENV = "CEDANA_AUTH_TOKEN"
 CLUSTER_ID_ENV = "CEDANA_CLUSTER_ID"
-TOKEN_BLOCK_ENV = "CKPT_POC_CEDANA_TOKEN_BLOCK"  # name of a Prefect Secret block holding it
-CONTROLLER_ENV = "CKPT_POC_CEDANA_CONTROLLER"  # a plan node that also runs slurmctld
+TOKEN_BLOCK_ENV = env_name("cedana_token_block")  # name of a Prefect Secret block holding it
+CONTROLLER_ENV = env_name("cedana_controller")  # a plan node that also runs slurmctld
 
 OPT_IN_ENV = "CEDANA_ENABLE"
 SBATCH_OPT_IN = f"--export=ALL,{OPT_IN_ENV}=1"
@@ -103,11 +104,12 @@ class CedanaConfig:
         missing = [name for name in (URL_ENV, CLUSTER_ID_ENV) if not env.get(name)]
         if missing:
             raise CedanaError(f"set {' and '.join(missing)} for the Cedana checkpointer")
+        ours = settings(environ)
         return cls(
             url=env[URL_ENV].rstrip("/"),
             cluster_id=env[CLUSTER_ID_ENV],
-            token_secret_block=env.get(TOKEN_BLOCK_ENV) or None,
-            controller_node=env.get(CONTROLLER_ENV) or None,
+            token_secret_block=ours.cedana_token_block,
+            controller_node=ours.cedana_controller,
         )
 
 

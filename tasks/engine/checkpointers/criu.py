@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from tasks.data import env_markers, settings_bare
 from tasks.data.errors import CkptPocError
 from tasks.data.fingerprint import criu_binary
 from tasks.engine.checkpointers import open_files
@@ -102,7 +103,7 @@ def find_criu() -> str:
         return found
     raise CriuError(
         "CRIU not found: run scripts/install-criu (it builds CRIU 4.x into .tools/criu), "
-        "or set CKPT_POC_CRIU to a criu binary whose `criu check` passes"
+        f"or set {settings_bare.env_name('criu')} to a criu binary whose `criu check` passes"
     )
 
 
@@ -237,6 +238,7 @@ class CriuCheckpointer:
         self.add_options(dump_options, restore_options)
         self.timeout_s = timeout_s  # one CRIU command; past it, CRIU and its children die
         self.binary = binary or find_criu()
+        self.keep_files_max = settings_bare.keep_files_max()  # a leave-running dump's copies
         self._recorder, self._trial, self._arm = recorder, trial_id, arm
         self._lock = threading.Lock()  # one CRIU operation at a time
         self.last_restore_stats: dict[str, int] = {}  # CRIU's own, of the last restore
@@ -344,6 +346,8 @@ class CriuCheckpointer:
             folder = self.root / f"ckpt-{index:05d}"
             folder.mkdir()
             held = folder / "held-log-bytes"
+            # Left running, it goes on writing: keep what CRIU will check at restore.
+            kept = open_files.action_env(proc.pid, folder, self.keep_files_max)
             start = self.record(
                 "checkpoint_start", index=index, pid=proc.pid, leave_running=leave_running
             )
@@ -366,10 +370,9 @@ class CriuCheckpointer:
                     "dump.log",
                 ],
                 env={
-                    "CKPT_POC_HELD_LOG": str(proc.log),
-                    "CKPT_POC_HELD_OUT": str(held),
-                    # Left running, it goes on writing: keep what CRIU will check at restore.
-                    **(open_files.action_env(proc.pid, folder) if leave_running else {}),
+                    env_markers.HELD_LOG: str(proc.log),
+                    env_markers.HELD_OUT: str(held),
+                    **(kept if leave_running else {}),
                 },
                 reaper=proc.reaper,
                 timeout=timeout,

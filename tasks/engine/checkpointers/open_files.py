@@ -32,7 +32,9 @@ from pathlib import Path
 
 KEPT = "kept-files"
 MANIFEST = "manifest.json"
-DEFAULT_MAX_BYTES = 1 << 30  # past it a file is not copied, and the manifest says so
+# Past it a file is not copied, and the manifest says so. The checkpointer passes its
+# keep_files_max setting (tasks/data/settings_bare.py, whose default this is).
+DEFAULT_MAX_BYTES = 1 << 30
 _O_ACCMODE, _O_WRONLY, _O_APPEND = 0o3, 0o1, 0o2000
 
 
@@ -159,12 +161,17 @@ def save(root: int, checkpoint: Path, max_bytes: int = DEFAULT_MAX_BYTES) -> dic
     return manifest
 
 
-def action_env(pid: int, checkpoint: Path) -> dict[str, str]:
-    """What scripts/criu-action-script needs to run ``save`` for this dump."""
+def action_env(pid: int, checkpoint: Path, max_bytes: int) -> dict[str, str]:
+    """What scripts/criu-action-script needs to run ``save`` for this dump, files past
+    ``max_bytes`` not copied. The checkpointer's call, in the package (run as the script,
+    this file imports nothing of it)."""
+    from tasks.data import env_markers
+
     return {
-        "CKPT_POC_KEEP_FILES_PID": str(pid),
-        "CKPT_POC_KEEP_FILES_DIR": str(checkpoint),
-        "CKPT_POC_PYTHON": sys.executable,
+        env_markers.KEEP_FILES_PID: str(pid),
+        env_markers.KEEP_FILES_DIR: str(checkpoint),
+        env_markers.KEEP_FILES_LIMIT: str(max_bytes),
+        env_markers.PYTHON: sys.executable,
     }
 
 
@@ -205,6 +212,5 @@ def put_back(checkpoint: Path) -> tuple[int, int]:
     return count, total
 
 
-if __name__ == "__main__":  # scripts/criu-action-script: open_files.py ROOT_PID CHECKPOINT
-    limit = int(os.environ.get("CKPT_POC_KEEP_FILES_MAX", DEFAULT_MAX_BYTES))
-    save(int(sys.argv[1]), Path(sys.argv[2]), limit)
+if __name__ == "__main__":  # scripts/criu-action-script: open_files.py ROOT_PID CHECKPOINT MAX
+    save(int(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.data import env_markers
 from tasks.data.errors import CkptPocError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -154,7 +155,7 @@ def _candidates(not_before: int, session: int, uid: int) -> dict[int, _Candidate
     return found
 
 
-SPAWN_ENV = "CKPT_POC_SPAWN"  # names one spawn of one reaper
+SPAWN_ENV = env_markers.SPAWN  # names one spawn of one reaper
 
 
 def spawn_token(reaper_pid: int, spawn_id: int | str) -> str:

@@ -3,7 +3,7 @@
 Adding a backend is its package (local/ and slurm/ are the pattern) and one line in
 `CLUSTER_KINDS`. Kubernetes is in the plan's contract (its faults, the Cedana steps) but no
 backend runs there yet: its entry has no class, and `cluster_for` refuses it.
-tests/test_backends.py checks this registry against the plan's kinds both ways.
+tests/unit/test_backends.py checks this registry against the plan's kinds both ways.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import fnmatch
 import os
 from typing import Any
 
+from tasks.data.env_markers import JOB, MANAGED, MANIFEST, WRAPPER_POC
 from tasks.data.errors import CkptPocError
 from tasks.exit.collectors.base import Collector, Observation, ProcessInfo, ProcessTable
 
@@ -33,7 +34,7 @@ COLLECTOR_MODULE = "tasks.exit.snapshots"
 # Set by the PoC on what it starts: the local cluster's copies (CKPT_POC_JOB), the managed-job
 # wrapper (CKPT_POC_WRAPPER_POC), an opted-in Slurm job (CKPT_POC_MANAGED), the uninstall
 # (CKPT_POC_MANIFEST). Not the pseudonym key: an admin may export that in a login shell.
-POC_ENV_MARKERS = ("CKPT_POC_JOB", "CKPT_POC_WRAPPER_POC", "CKPT_POC_MANAGED", "CKPT_POC_MANIFEST")
+POC_ENV_MARKERS = (JOB, WRAPPER_POC, MANAGED, MANIFEST)
 POC_SLURM_JOB_PREFIX = "ckpt-poc"
 # argv[0] names an interpreter: the script it runs (argv[1]) says whose the process is.
 _INTERPRETERS = ("python*", "bash", "sh", "dash", "perl*", "env")

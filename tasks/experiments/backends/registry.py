@@ -2,7 +2,7 @@
 
 A backend adds its stage package (local/ and slurm/ here are the pattern) and one entry in
 `STAGE_RUNNERS`; overhead.py, cold_start.py and the compatibility flow run whichever the
-plan's cluster.kind names. tests/test_backends.py checks it against the engine's registry.
+plan's cluster.kind names. tests/unit/test_backends.py checks it against the engine's registry.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.data import settings_bare
 from tasks.data.gpu_capability import Capability
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer
@@ -120,7 +121,7 @@ def free_disk(path: Path) -> int:
 def criu_runs(binary: str | None) -> tuple[str | None, str]:
     """CRIU's binary when ``criu check`` passes here, and what was found."""
     if binary is None:
-        return None, "no CRIU binary (CKPT_POC_CRIU, the project's build, PATH)"
+        return None, f"no CRIU binary ({settings_bare.env_name('criu')}, the project's build, PATH)"
     try:
         done = subprocess.run([binary, "check"], capture_output=True, text=True, timeout=60)
     except OSError as exc:

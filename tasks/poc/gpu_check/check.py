@@ -39,8 +39,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tasks.data import settings_bare
 from tasks.data.fingerprint import collect_gpu_metadata
-from tasks.data.gpu_capability import LIBCUDA, read_capability
+from tasks.data.gpu_capability import read_capability
 from tasks.engine.gpu.driver import CudaDriver, ToggleUnavailable
 from tasks.poc.gpu_check import steps
 from tasks.poc.gpu_check.bench import Bench, criu_runs, free_disk
@@ -56,8 +57,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pairs", type=int, default=1, help="A B B A overhead pairs")
     ap.add_argument("--steps", type=int, default=200, help="training steps per run")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    ap.add_argument("--libcuda", default=os.environ.get("CKPT_POC_LIBCUDA", LIBCUDA))
-    ap.add_argument("--criu", default=os.environ.get("CKPT_POC_CRIU"))
+    ap.add_argument("--libcuda", default=settings_bare.libcuda())
+    ap.add_argument("--criu", default=settings_bare.criu())
     args = ap.parse_args(argv)
     try:
         args.sizes = [float(s) for s in args.sizes_mb.split(",") if s]

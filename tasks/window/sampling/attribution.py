@@ -16,12 +16,13 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tasks.data import env_markers
 from tasks.data.datasets import ARMS
 from tasks.window.sampling import UNATTRIBUTED, Attribution
 
 PROC = Path("/proc")
 _SLURM_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
-LABEL_PREFIX = b"CKPT_POC_"
+LABEL_PREFIX = env_markers.PREFIX.encode()
 
 
 def _environ(pid: int, proc: Path = PROC) -> dict[str, str]:
@@ -71,13 +72,14 @@ class ProcessAttributor:
 
     def _attribute(self, pid: int) -> Attribution:
         env = _environ(pid, self.proc)
-        if env.get("CKPT_POC_NODE") == self.node and env.get("CKPT_POC_JOB"):
+        if env.get(env_markers.NODE) == self.node and env.get(env_markers.JOB):
+            arm = env.get(env_markers.ARM)
             return Attribution(
-                job_id=env["CKPT_POC_JOB"],
+                job_id=env[env_markers.JOB],
                 # Only the two arms are arms; a preflight copy is a PoC job of neither.
-                arm=env.get("CKPT_POC_ARM") if env.get("CKPT_POC_ARM") in ARMS else None,
-                workload=env.get("CKPT_POC_WORKLOAD") or self.workload,
-                trial_id=env.get("CKPT_POC_TRIAL") or None,
+                arm=arm if arm in ARMS else None,
+                workload=env.get(env_markers.WORKLOAD) or self.workload,
+                trial_id=env.get(env_markers.TRIAL) or None,
                 attributed_by="env",
             )
         job = slurm_job_of(pid, self.proc) or env.get("SLURM_JOB_ID")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from tasks.data import env_markers
 from tasks.data.errors import BlastRadiusError
 from tasks.engine.clusters.process import WorkloadProcess
 from tasks.engine.clusters.reaper import ProcessError, RunReaper, child_pids
@@ -65,11 +66,11 @@ class LocalCluster:
         """Environment that names the copy: the samplers read it from /proc/<pid>/environ to
         tie CPU and GPU use to the PoC job, and CRIU restores it with the process."""
         return {
-            "CKPT_POC_NODE": slot,
-            "CKPT_POC_ARM": arm,
-            "CKPT_POC_JOB": f"{self.run_dir.name}/{slot}-{arm}{'-' + tag if tag else ''}",
-            "CKPT_POC_TRIAL": tag,
-            "CKPT_POC_WORKLOAD": self.workload,
+            env_markers.NODE: slot,
+            env_markers.ARM: arm,
+            env_markers.JOB: f"{self.run_dir.name}/{slot}-{arm}{'-' + tag if tag else ''}",
+            env_markers.TRIAL: tag,
+            env_markers.WORKLOAD: self.workload,
         }
 
     def log_path(self, slot: str, arm: str, tag: str = "") -> Path:

@@ -17,10 +17,11 @@ import os
 import sys
 from pathlib import Path
 
+from tasks.data import env_markers, settings_bare
 from tasks.engine.clock import EventRecorder
 
-WRAPPER_POC_ENV = "CKPT_POC_WRAPPER_POC"
-OPT_IN_ENV = "CKPT_POC_MANAGED"
+WRAPPER_POC_ENV = env_markers.WRAPPER_POC
+OPT_IN_ENV = env_markers.MANAGED
 
 
 def opted_in(env: dict[str, str] | None = None) -> bool:
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         poc=os.environ.get(WRAPPER_POC_ENV, ""),
         opted_in=managed,
         job_id=os.environ.get("SLURM_JOB_ID"),
-        criu=os.environ.get("CKPT_POC_CRIU"),
+        criu=settings_bare.criu(),
     )
     if spec["mode"] == "restore" and not managed:
         recorder.record(spec["trial_id"], spec["arm"], "restore_refused", reason="not opted in")
