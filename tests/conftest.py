@@ -95,6 +95,7 @@ MARKER_OF_FIXTURE = {
     "slurm_session": "slurm",
     "pristine_slurm_env": "slurm",
     "prefect_stack": "prefect_server",
+    "prefect_harness": "prefect_server",
     "criu_binary": "criu",
 }
 UNIT_DIR = Path(__file__).resolve().parent / "unit"
