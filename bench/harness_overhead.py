@@ -31,7 +31,7 @@ Per pair: the harness's CPU as % of one core = (B's CPU / B's wall - A's CPU / A
 x 100; the harness's CPU per wake-up of the probe (that % x wall / wake-ups); wake-ups per
 progress line (the workload logs one line per step); and workload wall time B / A.
 The wall-time pairs go through ``tasks.experiments.stats.compare_paired`` against the plan's
-overhead threshold. Target (the issue): harness CPU under 0.5 % of one core; PASS/MISS is printed
+overhead threshold. Target: harness CPU under 0.5 % of one core; PASS/MISS is printed
 against the median over pairs. Everything measured goes to
 ``.run/bench/harness-overhead-<time>.json``; the logs stay beside it.
 """
@@ -62,7 +62,7 @@ REPO = Path(__file__).resolve().parent.parent
 CACHE = REPO / ".run" / "bench"
 PLAN = REPO / "plans" / "demo.yaml"
 STEP_RE = r"^step=(\d+) "
-TARGET_PCT = 0.5  # of one core, from the issue
+TARGET_PCT = 0.5  # of one core: the most the harness may cost
 BARE, HARNESS = "bare", "harness"
 
 

@@ -6,6 +6,8 @@
 - one module per stage of commands (plan, baseline, experiments, window, samples, status,
   exit, install, poc, record); each imports flows/ lazily, inside its commands, so that a
   command that only reads never loads Prefect.
+- reference.py: docs/reference/cli.md's command sections, written from each command's help
+  (`scripts/cli-reference`; a unit test checks the page is current).
 - server.py: the command's own Prefect API server; automations.py: a self-hosted server's
   watch for silent flow runs (`python -m cli.automations`).
 

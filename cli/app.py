@@ -6,10 +6,13 @@ ephemeral local server for the run.
 
 # The docstring above is the app's --help. A command is a plain function in the module of
 # its stage (cli/<stage>.py); COMMANDS and GROUPS below are the one place that names and
-# registers it, in the order --help lists them.
+# registers it, in the order --help lists them. Its docstring is its --help, as paragraphs
+# (help_paragraphs); docs/reference/cli.md is written from the same help (cli/reference.py).
 
 from __future__ import annotations
 
+import inspect
+import re
 from collections.abc import Callable
 
 import typer
@@ -58,15 +61,31 @@ GROUPS: tuple[tuple[str, str, tuple[tuple[str, Command], ...]], ...] = (
 )
 
 
+_BLANK_LINES = re.compile(r"\n\s*\n")
+
+
+def help_paragraphs(doc: str | None) -> str:
+    """A docstring as --help text: each paragraph's wrapped lines joined into one line, so that
+    the help wraps whole sentences to the terminal's width instead of breaking a sentence where
+    the source did. Blank lines still part paragraphs; a paragraph that starts with click's
+    ``\\b`` (keep these line breaks) is kept as written."""
+    paragraphs = _BLANK_LINES.split(inspect.cleandoc(doc or "").strip())
+    return "\n\n".join(
+        p if p.startswith("\b") else " ".join(line.strip() for line in p.splitlines())
+        for p in paragraphs
+    )
+
+
 def build_app() -> typer.Typer:
-    """The `ckpt-poc` app with every command of COMMANDS and GROUPS."""
-    built = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+    """The `ckpt-poc` app with every command of COMMANDS and GROUPS, each command's docstring
+    its help (help_paragraphs)."""
+    built = typer.Typer(no_args_is_help=True, add_completion=False, help=help_paragraphs(__doc__))
     for name, command in COMMANDS:
-        built.command(name)(command)
+        built.command(name, help=help_paragraphs(command.__doc__))(command)
     for group, help_text, commands in GROUPS:
         sub = typer.Typer(no_args_is_help=True, help=help_text)
         for name, command in commands:
-            sub.command(name)(command)
+            sub.command(name, help=help_paragraphs(command.__doc__))(command)
         built.add_typer(sub, name=group)
     return built
 

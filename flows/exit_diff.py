@@ -1,4 +1,4 @@
-"""The way out, proved: diff each plan node's snapshots of two phases (DESIGN §1.8)."""
+"""The way out, proved: diff each plan node's snapshots of two phases (docs/design.md §1.8)."""
 
 from __future__ import annotations
 

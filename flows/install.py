@@ -1,4 +1,4 @@
-"""Contained install, per-workload opt-in, and the way out (DESIGN §1.2, §1.8; issue 12).
+"""Contained install, per-workload opt-in, and the way out (docs/design.md §1.2, §1.8).
 
 Thin flows over tasks/exit/install.py. ``install`` refuses to start without a valid plan, a
 committed baseline and a committed `before_install` snapshot of every plan node; after

@@ -1,4 +1,4 @@
-"""The way out, step one: a snapshot of each plan node at a named phase (DESIGN §1.8)."""
+"""The way out, step one: a snapshot of each plan node at a named phase (docs/design.md §1.8)."""
 
 from __future__ import annotations
 

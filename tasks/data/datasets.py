@@ -11,7 +11,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from tasks.data.arms import ARMS
-from tasks.data.dataset_spec import F64, I64, TS, Column, DatasetSpec, S
+from tasks.data.dataset_spec import F64, FIRST_VERSION, I64, TS, Column, DatasetSpec, S
+from tasks.data.events import ALL_EVENTS
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.page_cache import PAGE_CACHE_DROPS, PAGE_CACHE_STATES
 from tasks.data.plan import SAMPLE_UNITS, SNAPSHOT_KINDS
@@ -144,11 +145,12 @@ EVENTS = DatasetSpec(
     doc="Every moment that matters, on one clock: a clock is a pair of event names.",
     key=("run_id", "trial_id", "arm", "event", "t_mono_ns"),
     week_from="t_wall",
+    history=(FIRST_VERSION, "2: intended: `event` allows only the names of tasks/data/events.py"),
     columns=(
         *_RUN,
         Column("trial_id", S, False),
         Column("arm", S, False, allowed=ARMS),
-        Column("event", S, False),
+        Column("event", S, False, allowed=ALL_EVENTS),
         Column("t_wall", TS, False, doc="UTC wall clock, for people and partitions"),
         Column("t_mono_ns", I64, False, min=0, doc="CLOCK_MONOTONIC ns: durations use this"),
         Column("host", S, False),
@@ -248,7 +250,6 @@ TRIALS = DatasetSpec(
 )
 
 SAMPLE_SOURCES = ("nvml", "procfs", "prometheus", "import")
-
 SAMPLES = DatasetSpec(
     name="samples",
     doc=(
@@ -329,7 +330,7 @@ SAMPLE_GAPS = DatasetSpec(
 UTILIZATION = DatasetSpec(
     name="utilization",
     doc=(
-        "Job-level utilization per arm, ISO week and workload (DESIGN §4): the allocation "
+        "Job-level utilization per arm, ISO week and workload (docs/design.md §4): the allocation "
         "split into delivered, lost and idle (checkpointing, recovery, other) GPU-hours, "
         "which add up to it exactly; goodput = delivered / allocated (the seed's split), "
         "goodput_job_span = delivered / (allocated + queued) (ml-goodput-measurement's)."

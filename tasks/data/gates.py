@@ -6,7 +6,8 @@ it saw, which blocks the report.
 
 A large table is validated twice over: GX runs the suite on a seeded sample, and the same
 column expectations are checked exactly over every row in pyarrow (``exact_checks``), so a
-rare bad row the sample misses still fails the gate. Importing GX and building its context
+rare bad row the sample misses still fails the gate. Both run the declaration rules of the
+check catalogue (tasks.data.checks), one declaration each. Importing GX and building its context
 costs seconds: inside ``warmed()`` that happens in a worker process (tasks.data.gx_worker)
 while the caller parses its input, and the suites run there.
 """
@@ -20,7 +21,7 @@ import logging
 import os
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.data import gx_worker
+from tasks.data.checks import BETWEEN, COLUMN_RULES, COLUMN_SET, IN_SET, NOT_NULL
 from tasks.data.cpus import usable_cpus
+from tasks.data.dataset_spec import Column
 from tasks.data.datasets import DATASETS, GATES, DatasetSpec
 from tasks.data.errors import GateFailed
 from tasks.data.runctx import RunContext
@@ -128,22 +131,11 @@ def build_suite(spec: DatasetSpec) -> Any:
     _context()
 
     suite = gx.ExpectationSuite(name=f"ckpt_poc.{spec.name}.v{spec.version}")
-    suite.add_expectation(
-        gxe.ExpectTableColumnsToMatchSet(column_set=spec.column_names, exact_match=True)
-    )
+    suite.add_expectation(getattr(gxe, COLUMN_SET.gx)(**COLUMN_SET.gx_kwargs(spec)))
     for col in spec.columns:
-        if not col.nullable:
-            suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=col.name))
-        if col.allowed is not None:
-            suite.add_expectation(
-                gxe.ExpectColumnValuesToBeInSet(column=col.name, value_set=list(col.allowed))
-            )
-        if col.min is not None or col.max is not None:
-            suite.add_expectation(
-                gxe.ExpectColumnValuesToBeBetween(
-                    column=col.name, min_value=col.min, max_value=col.max
-                )
-            )
+        for rule in COLUMN_RULES:
+            if rule.applies(col):
+                suite.add_expectation(getattr(gxe, rule.gx)(**rule.gx_kwargs(col)))
     return suite
 
 
@@ -231,23 +223,20 @@ def _gx_checks(gate: str, spec: DatasetSpec, frame: pd.DataFrame, total: int) ->
 
 
 def exact_checks(gate: str, spec: DatasetSpec, table: pa.Table) -> list[CheckResult]:
-    """The suite's column expectations over every row, in pyarrow (nulls are not judged by
-    the set and range checks, as in GX). Column set: GX's check on the sample is the same."""
+    """The suite's column rules (the catalogue's COLUMN_RULES, as build_suite adds them) over
+    every row, in pyarrow (nulls are not judged by the set and range checks, as in GX).
+    Column set: GX's check on the sample is the same."""
     checks = []
     total = table.num_rows
     for col in spec.columns:
         values = table.column(col.name) if col.name in table.column_names else None
         if values is None:
             continue  # GX's column-set check on the sample fails for it
-        found: list[tuple[str, int, list[Any]]] = []
-        if not col.nullable:
-            found.append(("expect_column_values_to_not_be_null", values.null_count, []))
-        if col.allowed is not None:
-            found.append(("expect_column_values_to_be_in_set", *_not_in_set(values, col.allowed)))
-        if col.min is not None or col.max is not None:
-            found.append(
-                ("expect_column_values_to_be_between", *_out_of_range(values, col.min, col.max))
-            )
+        found = [
+            (rule.check.name, *_EXACT[rule.check.name](values, col))
+            for rule in COLUMN_RULES
+            if rule.applies(col)
+        ]
         for name, bad, shown in found:
             observed = {
                 "element_count": total,
@@ -290,6 +279,14 @@ def _out_of_range(
     outside = below if above is None else above if below is None else pc.or_(below, above)
     bad = values.filter(pc.fill_null(outside, False))
     return len(bad), bad.slice(0, _UNEXPECTED_SHOWN).to_pylist()
+
+
+# Each column rule's exact pass: (rows that break it, a few of their values).
+_EXACT: dict[str, Callable[[pa.ChunkedArray, Column], tuple[int, list[Any]]]] = {
+    NOT_NULL.check.name: lambda values, col: (values.null_count, []),
+    IN_SET.check.name: lambda values, col: _not_in_set(values, col.allowed or ()),
+    BETWEEN.check.name: lambda values, col: _out_of_range(values, col.min, col.max),
+}
 
 
 def plain_check(gate: str, dataset: str, name: str, success: bool, **observed: Any) -> CheckResult:

@@ -27,11 +27,13 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 
 from tasks.data.errors import PlanError
+from tasks.data.measures import CRITERIA, DECISION_CRITERIA
 from tasks.data.plan_cluster import check_slurm_nodes
 from tasks.data.plan_cold_start import MAX_RUNS, ColdStart, cold_start_warnings
 from tasks.data.plan_dates import ANCHOR, PlanDate, PlanDates, anchor_for, dates_of
@@ -219,28 +221,35 @@ class RestoreCriterion(_Strict):
     threshold: float = Field(gt=0, le=1, description="a fraction of restores, 0 < threshold ≤ 1")
 
 
-class Success(_Strict):
+class _SuccessRules(_Strict):
     """What counts as success. Units are fixed per measure so nobody argues about them later."""
 
-    recovery_time_s: Criterion = Field(description="managed recovery time ≤ threshold seconds")
-    work_lost_gpu_h: Criterion = Field(description="managed work lost per interruption ≤ GPU-h")
-    utilization_gain: UtilizationCriterion = Field(
-        description="managed − unmanaged goodput ≥ threshold (fraction of allocated GPU-hours)"
-    )
-    overhead_pct: Criterion = Field(description="steady-state overhead ≤ threshold percent")
-    cold_start_speedup: Criterion = Field(description="native / restore ready time ≥ threshold ×")
-    restore_success_rate: RestoreCriterion | None = Field(
-        default=None, description="Wilson 95 % lower bound of restores ok / attempted ≥ threshold"
-    )
-
     @model_validator(mode="after")
-    def _sane(self) -> Success:
-        if self.cold_start_speedup.threshold <= 0:
-            raise ValueError("cold_start_speedup.threshold must be > 0")
-        for name in ("recovery_time_s", "work_lost_gpu_h", "overhead_pct"):
-            if getattr(self, name).threshold < 0:
-                raise ValueError(f"{name}.threshold must be ≥ 0")
+    def _sane(self) -> Any:
+        # The floors "> 0" first: the order these errors have always come in.
+        for c in sorted((c for c in CRITERIA if c.floor), key=lambda c: c.floor != "> 0"):
+            threshold = getattr(self, c.name).threshold
+            if not (threshold > 0 if c.floor == "> 0" else threshold >= 0):
+                raise ValueError(f"{c.name}.threshold must be {c.floor}")
         return self
+
+
+_MODELS = {"criterion": Criterion, "weeks": UtilizationCriterion, "restores": RestoreCriterion}
+# One field per criterion of the measure registry (tasks/data/measures.py), in its order; an
+# optional one is None when a plan leaves it out.
+Success = create_model(
+    "Success",
+    __base__=_SuccessRules,
+    __doc__=_SuccessRules.__doc__,
+    __module__=__name__,
+    **{
+        c.name: (
+            _MODELS[c.model] | None if c.optional else _MODELS[c.model],
+            Field(None if c.optional else ..., description=c.description),
+        )
+        for c in CRITERIA
+    },
+)
 
 
 class Exit(_Strict):
@@ -304,19 +313,11 @@ class Checkpointer(_Strict):
 
 
 # What a decision rule may name: the plan's success criteria, and `exit` (every test node's
-# newest exit diff clean).
-DecisionCriterion = Literal[
-    "recovery_time_s",
-    "work_lost_gpu_h",
-    "utilization_gain",
-    "overhead_pct",
-    "cold_start_speedup",
-    "restore_success_rate",
-    "exit",
-]
+# newest exit diff clean); the measure registry declares them.
+DecisionCriterion = Literal[DECISION_CRITERIA]
 # Criteria a plan may leave out of success: (the default decision.criteria names them only
 # when the plan sets them).
-OPTIONAL_CRITERIA = ("restore_success_rate",)
+OPTIONAL_CRITERIA = tuple(c.name for c in CRITERIA if c.optional)
 
 
 class DecisionRule(_Strict):

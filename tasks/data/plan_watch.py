@@ -1,5 +1,5 @@
 """The plan's ``exit.watch`` and ``exit.allowed_changes``: what a node snapshot observes, and
-what may differ after the way out without being a leftover (DESIGN §1.8). Part of the plan
+what may differ after the way out without being a leftover (docs/design.md §1.8). Part of the plan
 (tasks/data/plan.py re-exports every name), apart so the plan module stays readable."""
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class AllowedChange(_Strict):
 
 
 class Watch(_Strict):
-    """What a node snapshot observes (DESIGN §1.8): defaults that suit a Debian node."""
+    """What a node snapshot observes (docs/design.md §1.8): defaults that suit a Debian node."""
 
     kinds: list[SnapshotKind] = Field(default_factory=lambda: list(SNAPSHOT_KINDS), min_length=1)
     paths: list[str] = Field(default_factory=lambda: list(DEFAULT_WATCHED_PATHS), min_length=1)

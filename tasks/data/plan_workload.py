@@ -60,6 +60,7 @@ from pydantic import (
     model_validator,
 )
 
+from tasks.data.env_markers import PREFIX as ENV_MARKER_PREFIX
 from tasks.data.plan_short_forms import OneOrList, ShortForm
 
 COPY_DIR = "{copy_dir}"
@@ -82,7 +83,7 @@ MAX_WORKLOAD_S = 24 * 3600  # one reference or managed run, prepare included
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 # The harness names each copy with these (samplers, attribution): a plan never sets them.
-RESERVED_ENV_PREFIX = "CKPT_POC_"
+RESERVED_ENV_PREFIX = ENV_MARKER_PREFIX
 
 # CRIU options a plan may add, and the values each takes (None: a flag; a tuple: one of
 # those; "size": a byte count). Everything else is refused: the harness owns the process

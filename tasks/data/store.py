@@ -2,7 +2,8 @@
 
 Layout: ``<data_dir>/<poc>/<dataset>/week=YYYY-Www/<run_id>[-partNNNN].parquet``, written
 atomically (temp file + rename), append-only: an existing file is never rewritten. Readers take
-committed runs only (tasks/data/runs.py) unless asked otherwise.
+committed runs only (tasks/data/runs.py) unless asked otherwise, and the files of every earlier
+version of a dataset beside the new ones (tasks/data/dataset_versions.py).
 """
 
 from __future__ import annotations
@@ -18,9 +19,15 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pads
 import pyarrow.parquet as pq
 
+from tasks.data.dataset_versions import (
+    VersionsRead,
+    file_version,
+    read_table,
+    versions_read,
+    with_versions,
+)
 from tasks.data.datasets import DatasetSpec
 from tasks.data.errors import DatasetError
 from tasks.data.runs import committed_run_ids, run_id_of
@@ -237,15 +244,25 @@ def read_dataset(
     include_uncommitted: bool = False,
 ) -> pd.DataFrame:
     """Read a dataset into pandas with the declared dtypes; committed runs only, unless
-    ``include_uncommitted``."""
+    ``include_uncommitted``. Files of every version are read together (dataset_versions.py);
+    which ones, the frame says (``dataset_versions.versions_of``)."""
     files = dataset_files(data_dir, poc, spec, include_uncommitted)
     cols = list(columns or spec.column_names)
     if not files:
-        return normalise_dtypes(pd.DataFrame({c: [] for c in cols}), spec)
-    ds = pads.dataset(files, schema=spec.arrow_schema, format="parquet")
+        empty = normalise_dtypes(pd.DataFrame({c: [] for c in cols}), spec)
+        return with_versions(empty, versions_read(spec, [], cols))
     flt = pc.field("run_id") == run_id if run_id is not None else None
-    table = ds.to_table(columns=cols, filter=flt)
-    return normalise_dtypes(table.to_pandas(types_mapper=pd.ArrowDtype), spec)
+    table, read = read_table(spec, files, columns=cols, row_filter=flt)
+    return with_versions(normalise_dtypes(table.to_pandas(types_mapper=pd.ArrowDtype), spec), read)
+
+
+def stored_versions(
+    spec: DatasetSpec, *, data_dir: str | Path, poc: str, include_uncommitted: bool = False
+) -> VersionsRead:
+    """The versions of the dataset's files (committed runs only, unless asked), as a read
+    would take them in; only the files' footers are read."""
+    files = dataset_files(data_dir, poc, spec, include_uncommitted)
+    return versions_read(spec, [file_version(pq.read_schema(f)) for f in files])
 
 
 def read_dataset_dask(spec: DatasetSpec, *, data_dir: str | Path, poc: str) -> Any:
@@ -255,8 +272,17 @@ def read_dataset_dask(spec: DatasetSpec, *, data_dir: str | Path, poc: str) -> A
     files = dataset_files(data_dir, poc, spec)
     if not files:
         raise DatasetError(f"dataset {spec.name} has no files under {data_dir}/{poc}")
+    if stored_versions(spec, data_dir=data_dir, poc=poc).versions != (spec.version,):
+        # Files of other versions: each read as read_dataset reads it (dataset_versions.py).
+        meta = normalise_dtypes(pd.DataFrame({c: [] for c in spec.column_names}), spec)
+        return dd.from_map(_read_file, files, spec=spec, meta=meta)
     ddf = dd.read_parquet(files, columns=spec.column_names, dtype_backend="pyarrow")
     return ddf.astype(spec.pandas_dtypes)
+
+
+def _read_file(path: str, spec: DatasetSpec) -> pd.DataFrame:
+    table, _ = read_table(spec, [path], columns=spec.column_names)
+    return normalise_dtypes(table.to_pandas(types_mapper=pd.ArrowDtype), spec)
 
 
 def normalise_dtypes(df: pd.DataFrame, spec: DatasetSpec) -> pd.DataFrame:

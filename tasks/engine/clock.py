@@ -26,6 +26,7 @@ from json.encoder import encode_basestring_ascii as _json_str
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tasks.data.events import Ev
 from tasks.engine.paths import run_folder
 
 if TYPE_CHECKING:  # pandas and the datasets load only where events are written: a Slurm
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # pandas and the datasets load only where events are written:
 
 JOURNAL = "events.jsonl"
 JOURNAL_FLUSH_S = 0.5  # how far the journal may lag behind for a batched event
-BATCHED_EVENTS = frozenset({"progress"})  # one per workload step: too many for a write each
+BATCHED_EVENTS = frozenset({Ev.PROGRESS})  # one per workload step: too many for a write each
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The kernel's page cache before a timed start (cold start, DESIGN §4).
+"""The kernel's page cache before a timed start (cold start, docs/design.md §4).
 
 A warm cache flatters whichever side reads from it: a native start that finds its weights
 and libraries in memory, a restore that finds its images there. So before each timed start

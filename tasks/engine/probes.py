@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from tasks.data.events import Ev
 from tasks.engine.clock import EventRecorder
 from tasks.engine.paths import mount_fstype
 
@@ -513,9 +514,9 @@ class LogProgressProbe:
             timing = "mtime" if watched else "read"
             hold_ms = self.hold_s * 1000 if watched else 0.0
             rec = self._recorder.record_at
-            rec(self._trial, self.arm, "progress", t, step=step, timing=timing, hold_ms=hold_ms)
+            rec(self._trial, self.arm, Ev.PROGRESS, t, step=step, timing=timing, hold_ms=hold_ms)
         elif self._record_every:
-            self._recorder.record_at(self._trial, self.arm, "progress", t, step=step)
+            self._recorder.record_at(self._trial, self.arm, Ev.PROGRESS, t, step=step)
         return True
 
     def _read_rest(self, fd: int, first: bytes) -> bytes:

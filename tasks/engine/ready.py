@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.data.events import Ev
 from tasks.data.plan_workload import ReadyProbe
 from tasks.engine.clock import EventRecorder
 from tasks.engine.interpreter import resolve_workload_argv, workload_env
@@ -150,6 +151,6 @@ def wait_ready(
     )
     if answer.ready:
         recorder.record_at(
-            trial_id, arm, "ready", answer.t_mono_ns, probe=probe.describe(), answer=answer.last
+            trial_id, arm, Ev.READY, answer.t_mono_ns, probe=probe.describe(), answer=answer.last
         )
     return answer

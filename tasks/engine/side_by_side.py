@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.data.arms import ARMS
+from tasks.data.arms import ARMS, MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
@@ -59,7 +60,7 @@ class SurfacingProbe(LogProgressProbe):
             self.failure = exc
             with contextlib.suppress(Exception):
                 self._recorder.record(
-                    self._trial, self.arm, "thread_failed", thread="probe", error=repr(exc)[:2000]
+                    self._trial, self.arm, Ev.THREAD_FAILED, thread="probe", error=repr(exc)[:2000]
                 )
 
     def check(self) -> None:
@@ -158,8 +159,8 @@ def run_side_by_side(
     # What killed runs of this PoC left (their owners are gone; a live run's are not touched).
     stale = clean_dead_roots(*images_roots(plan, ctx))
     if stale:
-        recorder.record(trial, "managed", "stale_checkpoints_removed", folders=stale)
-    slots = {"unmanaged": plan.cluster.nodes[-1], "managed": plan.cluster.nodes[0]}
+        recorder.record(trial, MANAGED, Ev.STALE_CHECKPOINTS_REMOVED, folders=stale)
+    slots = {UNMANAGED: plan.cluster.nodes[-1], MANAGED: plan.cluster.nodes[0]}
     copies: dict[str, WorkloadCopy] = {}
     workers = WorkerThreads()
     ends: dict[str, CopyEnd] = {}
@@ -169,18 +170,18 @@ def run_side_by_side(
         ready = _follow_copies(plan, cluster, recorder, trial, copies, workers, timeout_s, serve_s)
         for arm, copy in copies.items():
             if not cluster.copy_alive(copy):
-                recorder.record(trial, arm, "exited", **copy.names)
+                recorder.record(trial, arm, Ev.EXITED, **copy.names)
     finally:
         failures = workers.stop()
         for arm, copy in copies.items():
             ends[arm] = cluster.end_copy(copy)  # no dump from here on
             failures += ends[arm].failures
             if cluster.copy_alive(copy):  # its chain ends here (tasks/window/chains.py: Ended)
-                recorder.record(trial, arm, "stopped_by_harness", **copy.names)
+                recorder.record(trial, arm, Ev.STOPPED_BY_HARNESS, **copy.names)
         left = cluster.stop_all()
         if left:
             key = "pids" if all(isinstance(x, int) for x in left) else "job_ids"
-            recorder.record(trial, "managed", "left_running", **{key: list(left)})
+            recorder.record(trial, MANAGED, Ev.LEFT_RUNNING, **{key: list(left)})
         cluster.close()
         files = recorder.flush()
     if failures:
@@ -209,13 +210,13 @@ def _start_copies(
             slots[arm],
             copy_dir,
             workload_argv(plan, copy_dir),
-            checkpoint=arm == "managed",  # the managed arm's opt-in
+            checkpoint=arm == MANAGED,  # the managed arm's opt-in
             checkpoint_root=checkpoint_folder(plan, run_dir),
             start_timeout_s=timeout_s,
         )
-        recorder.record(trial, arm, "launch", slot=slots[arm])
+        recorder.record(trial, arm, Ev.LAUNCH, slot=slots[arm])
         copies[arm] = cluster.start_copy(request, recorder)
-        recorder.record(trial, arm, "started", **copies[arm].names)
+        recorder.record(trial, arm, Ev.STARTED, **copies[arm].names)
         if plan.workload.progress_probe and plan.workload.progress_probe.log_regex:
             workers.probes.append(
                 SurfacingProbe(
@@ -287,13 +288,13 @@ def _result(
             int(copy.names["pid"]) if "pid" in copy.names else None,
             last_step=last[arm].step if last.get(arm) else None,
             ready=ready.get(arm),
-            exited=bool(recorder.events(trial, arm, "exited")),
+            exited=bool(recorder.events(trial, arm, Ev.EXITED)),
         )
         for arm, copy in copies.items()
     }
-    dumps = [e.detail for e in recorder.events(trial, "managed", "checkpoint_end")]
-    skipped = sum(e.detail["ticks"] for e in recorder.events(event="checkpoint_skipped"))
-    end = ends.get("managed", CopyEnd())
+    dumps = [e.detail for e in recorder.events(trial, MANAGED, Ev.CHECKPOINT_END)]
+    skipped = sum(e.detail["ticks"] for e in recorder.events(event=Ev.CHECKPOINT_SKIPPED))
+    end = ends.get(MANAGED, CopyEnd())
     return SideBySideResult(
         run_dir=run_dir,
         arms=arms,

@@ -1,4 +1,4 @@
-"""The way out, proved (DESIGN §1.8): two snapshots of each plan node, diffed and attributed.
+"""The way out, proved (docs/design.md §1.8): two snapshots of each plan node, diffed, attributed.
 
 Every item added, removed or changed between ``from_phase`` and ``to_phase`` that the plan's
 ``exit.allowed_changes`` does not allow (same kind, fnmatch glob over the key; for a process
@@ -32,6 +32,7 @@ import pandas as pd
 
 from tasks.data.datasets import EVENTS, EXIT_DIFF, EXIT_VERDICTS, WRITE_GAPS, WRITES
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.data.plan import AllowedChange, Plan
 from tasks.data.runctx import RunContext
 from tasks.data.settings import env_name
@@ -264,7 +265,7 @@ def install_footprint(plan: Plan, data_dir: Any, poc: str) -> list[tuple[str, st
     footprint (tasks/exit/footprint.py) and every file the install recorded."""
     found = known_footprint(plan)
     events = read_dataset(EVENTS, data_dir=data_dir, poc=poc, columns=["event", "detail"])
-    for detail in events.loc[events["event"] == "installed", "detail"].dropna():
+    for detail in events.loc[events["event"] == Ev.INSTALLED, "detail"].dropna():
         record = _process_value(str(detail))
         for path in [*record.get("files", []), *(record.get("hook") or [])]:
             found.append(("files", str(path), "written by the install (its installed event)"))

@@ -54,7 +54,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tasks.data import env_markers
+from tasks.data.arms import MANAGED
 from tasks.data.errors import BlastRadiusError, CkptPocError
+from tasks.data.events import Ev
 from tasks.data.plan import Plan
 from tasks.data.runctx import REPO_ROOT, RunContext
 from tasks.data.runs import write_json_atomically
@@ -262,7 +264,7 @@ def _step(
     done = on_node(plan, node, argv, env or None)
     recorder.record(
         TRIAL,
-        "managed",
+        MANAGED,
         f"{what}_step",
         node=node,
         who=who(),
@@ -346,8 +348,8 @@ def install(
         if lay.manifest in existing:
             rec.record(
                 TRIAL,
-                "managed",
-                "install_skipped",
+                MANAGED,
+                Ev.INSTALL_SKIPPED,
                 node=node,
                 who=who(),
                 reason=f"already installed: {lay.manifest}",
@@ -380,8 +382,8 @@ def install(
                 )
         rec.record(
             TRIAL,
-            "managed",
-            "installed",
+            MANAGED,
+            Ev.INSTALLED,
             node=node,
             who=who(),
             prefix=str(lay.prefix),
@@ -505,7 +507,7 @@ def opt_in(
     how = nodes_kind.opt_in_how(plan)
     record = {"poc": plan.poc, "workload": name, "nodes": chosen, "who": who(), **how}
     rec = recorder or recorder_for(ctx)
-    event = rec.record(TRIAL, "managed", "opted_in", **record)
+    event = rec.record(TRIAL, MANAGED, Ev.OPTED_IN, **record)
     record["when"] = event.t_wall.isoformat()
     write_json_atomically(ctx.data_dir / ctx.poc / "opt-in" / f"{name}.json", record)
     if recorder is None:
@@ -547,8 +549,8 @@ def uninstall(
             failures.append(f"{node}: {argv[0]} exited {done.returncode}:\n{tail}")
     rec.record(
         TRIAL,
-        "managed",
-        "uninstalled",
+        MANAGED,
+        Ev.UNINSTALLED,
         who=who(),
         nodes=chosen,
         failed=[n for n in chosen if result[n]["rc"] != 0],

@@ -1,4 +1,4 @@
-"""Node snapshots (DESIGN §1.8): what a node looks like, item by item, read-only.
+"""Node snapshots (docs/design.md §1.8): what a node looks like, item by item, read-only.
 
 `collect` observes THIS machine and returns one ``{kind, key, value}`` dict per item for
 each kind the plan's ``exit.watch`` names, running each kind's collector from the registry

@@ -2,7 +2,7 @@
 
 Freeze time (how long CRIU kept the workload frozen), dump duration and image bytes are
 what the later extrapolation needs (the interval that minimises waste for a failure rate,
-DESIGN §4). Rows come from the checkpointer's own events, so every dump is counted —
+docs/design.md §4). Rows come from the checkpointer's own events, so every dump is counted —
 failed ones too, with CRIU's reason.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.data.events import Ev
 from tasks.data.plan import Plan
 from tasks.engine.clock import Event
 from tasks.experiments.clocks import clock_of
@@ -28,11 +29,11 @@ def checkpoint_rows(events: list[Event], plan: Plan, node: str) -> pd.DataFrame:
     starts = {
         (e.trial_id, e.arm, e.detail.get("index")): e
         for e in events
-        if e.event == "checkpoint_start"
+        if e.event == Ev.CHECKPOINT_START
     }
     rows: list[dict[str, Any]] = []
     for e in events:
-        if e.event not in ("checkpoint_end", "checkpoint_failed"):
+        if e.event not in (Ev.CHECKPOINT_END, Ev.CHECKPOINT_FAILED):
             continue
         index = int(e.detail["index"])
         start = starts.get((e.trial_id, e.arm, index), e)
@@ -52,7 +53,7 @@ def checkpoint_rows(events: list[Event], plan: Plan, node: str) -> pd.DataFrame:
             "workload_hash": workload_hash(plan),
         }
         row.update(images_place(e))
-        if e.event == "checkpoint_end":
+        if e.event == Ev.CHECKPOINT_END:
             frozen = e.detail.get("frozen_us")
             phases = dump_phases(e.detail)
             row.update(

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tasks.data.arms import ARMS
+from tasks.data.arms import ARMS, MANAGED, UNMANAGED
+from tasks.data.events import Ev
 from tasks.data.gates import CheckResult, plain_check
 
 
@@ -33,13 +34,13 @@ def _both(clock: Clock) -> dict[str, Clock]:
 
 # trials.measure → arm → the clock its rows are timed on.
 MEASURE_CLOCKS: dict[str, dict[str, Clock]] = {
-    "recovery": _both(Clock("fault_injected", "serving_again")),
+    "recovery": _both(Clock(Ev.FAULT_INJECTED, Ev.SERVING_AGAIN)),
     "overhead": _both(Clock("first progress", "last progress")),
     "cold_start": {
-        "unmanaged": Clock("launch", "ready"),
-        "managed": Clock("restore_start", "ready"),
+        UNMANAGED: Clock(Ev.LAUNCH, Ev.READY),
+        MANAGED: Clock(Ev.RESTORE_START, Ev.READY),
     },
-    "checkpoint": {"managed": Clock("checkpoint_start", "checkpoint_end")},
+    "checkpoint": {MANAGED: Clock(Ev.CHECKPOINT_START, Ev.CHECKPOINT_END)},
 }
 
 

@@ -1,6 +1,6 @@
 """Cold start: a native launch against a restore of the same, fully initialised workload.
 
-Two clocks, ended by the same probe (DESIGN §4):
+Two clocks, ended by the same probe (docs/design.md §4):
 
     native   launch → ready          (engine start of the plan's command)
     restore  restore_start → ready   (CRIU restore of a checkpoint of that copy once ready)
@@ -25,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.page_cache import judged
@@ -116,8 +117,8 @@ def run_cold_start(
 
 
 def _speedup(rows: pd.DataFrame, plan: Plan) -> dict[str, Any] | None:
-    native = rows[rows["arm"] == "unmanaged"]["ready_s"].dropna().to_numpy()
-    restore = rows[rows["arm"] == "managed"]["ready_s"].dropna().to_numpy()
+    native = rows[rows["arm"] == UNMANAGED]["ready_s"].dropna().to_numpy()
+    restore = rows[rows["arm"] == MANAGED]["ready_s"].dropna().to_numpy()
     if not len(native) or not len(restore):
         return None
     crit = plan.success.cold_start_speedup
@@ -135,7 +136,7 @@ def summarise_cold_start(trials: pd.DataFrame, plan: Plan) -> dict[str, Any]:
     asks for it; restore seconds against checkpoint bytes as a fitted GB/s."""
     ok = trials[(trials["measure"] == "cold_start") & (trials["status"] == "ok")]
     rows = judged(ok)
-    restore = rows[rows["arm"] == "managed"]
+    restore = rows[rows["arm"] == MANAGED]
     out: dict[str, Any] = {"failed": int((trials["status"] == "failed").sum())}
     out["speedup"] = _speedup(rows, plan)
     warm = ok[ok["page_cache"] == "warm"]
@@ -177,7 +178,7 @@ def plot_restore_throughput(trials: pd.DataFrame, summary: dict[str, Any], path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = trials[(trials["measure"] == "cold_start") & (trials["arm"] == "managed")]
+    rows = trials[(trials["measure"] == "cold_start") & (trials["arm"] == MANAGED)]
     rows = rows.dropna(subset=["checkpoint_bytes", "restore_s"])
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.scatter(rows["checkpoint_bytes"] / 1e6, rows["restore_s"], label="restores (measured)")
@@ -217,11 +218,11 @@ def cold_start_gate_checks(trials: pd.DataFrame, plan: Plan) -> list[CheckResult
             ok_starts=int((ok["arm"] == arm).sum()),
             required=plan.repeats,
         )
-        for arm in ("unmanaged", "managed")
+        for arm in (UNMANAGED, MANAGED)
     ]
     checks += arms_differ_only_in_managed(GATE, rows)
     checks.append(same_clock_check(GATE, "cold_start", rows))
-    restores = rows[rows["arm"] == "managed"]
+    restores = rows[rows["arm"] == MANAGED]
     missing = restores[restores["checkpoint_bytes"].isna()]["trial_id"].tolist()
     checks.append(
         plain_check(
@@ -237,7 +238,7 @@ def cold_start_result(
     """The run as the stage hands it on: the speed-up, the restores, the plot, its files."""
     timed = plan.cold_start_workload
     rows = run.trials[run.trials["measure"] == "cold_start"]
-    restored = rows[(rows["arm"] == "managed") & (rows["status"] == "ok")]
+    restored = rows[(rows["arm"] == MANAGED) & (rows["status"] == "ok")]
     return ColdStartResult(
         poc=ctx.poc,
         run_id=ctx.run_id,

@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
 from tasks.data.fingerprint import tool_version_of
 from tasks.data.plan import Plan, Workload
@@ -162,7 +163,7 @@ def _reference_job(sweep: Sweep, w: Workload, index: int, out: WorkloadSweep) ->
     ref = sweep.copy(w, index, "reference")
     run_prepare(ref, sweep.timeout_s)
     t0 = time.monotonic()
-    proc = sweep.cluster.start(sweep.slot, "unmanaged", ref.argv, ref.env, tag=f"{w.name}-ref")
+    proc = sweep.cluster.start(sweep.slot, UNMANAGED, ref.argv, ref.env, tag=f"{w.name}-ref")
     rc = _wait_exit(sweep.cluster, proc, sweep.timeout_s)
     if rc is None:
         raise BadInput(
@@ -238,7 +239,7 @@ def _start_managed(sweep: Sweep, w: Workload, index: int, n: int) -> Managed:
         KEEP,
         sweep.recorder,
         trial,
-        "managed",
+        MANAGED,
         timeout_s=min(sweep.timeout_s, 600),
         dump_options=w.criu.dump,
         restore_options=w.criu.restore,
@@ -246,11 +247,11 @@ def _start_managed(sweep: Sweep, w: Workload, index: int, n: int) -> Managed:
     )
     # A GPU plan's copies: a restore the capability check refuses is a cycle's result.
     taker = gpu_checkpointer(criu) if sweep.gpu else criu
-    proc = sweep.cluster.start(sweep.slot, "managed", copy.argv, copy.env, tag=f"{w.name}-m{n}")
+    proc = sweep.cluster.start(sweep.slot, MANAGED, copy.argv, copy.env, tag=f"{w.name}-m{n}")
     probe = None
     if not is_service(w):
         regex = _log_regex(w, copy.field)
-        probe = LogProgressProbe(proc.log, regex, sweep.recorder, trial, "managed").start()
+        probe = LogProgressProbe(proc.log, regex, sweep.recorder, trial, MANAGED).start()
     return Managed(copy, proc, taker, probe, proc.log)
 
 
@@ -298,7 +299,7 @@ def _resumed(sweep: Sweep, m: Managed, new: WorkloadProcess, record: CycleRecord
     """Whether the restored copy works again: a new step (a job), or it answers (a
     service)."""
     if is_service(m.copy.workload):
-        why = service_ready(sweep, m.copy, new, "managed", m.after)
+        why = service_ready(sweep, m.copy, new, MANAGED, m.after)
         if not why:
             return True
         what = why
@@ -445,9 +446,9 @@ def _reference_service(sweep: Sweep, w: Workload, index: int) -> Copy:
     """Started, working (its query answering too), stopped."""
     ref = sweep.copy(w, index, "reference")
     run_prepare(ref, sweep.timeout_s)
-    proc = sweep.cluster.start(sweep.slot, "unmanaged", ref.argv, ref.env, tag=f"{w.name}-ref")
+    proc = sweep.cluster.start(sweep.slot, UNMANAGED, ref.argv, ref.env, tag=f"{w.name}-ref")
     try:
-        why = service_ready(sweep, ref, proc, "unmanaged", 0)
+        why = service_ready(sweep, ref, proc, UNMANAGED, 0)
         if why:
             tail = log_tail(proc.log, 3).replace("\n", " | ") or "(the log is empty)"
             field_ = f"ready_probe.{w.ready_probe.kind}" if w.ready_probe else "command"
@@ -464,7 +465,7 @@ def _fresh(sweep: Sweep, w: Workload, index: int, n: int, final_step: int | None
     m = _start_managed(sweep, w, index, n)
     m.final_step = final_step
     if is_service(w):
-        why = service_ready(sweep, m.copy, m.proc, "managed", 0)
+        why = service_ready(sweep, m.copy, m.proc, MANAGED, 0)
         if why:
             raise BadInput(f"workloads.{index}.command", f"managed copy {n}: {why}")
     return m
@@ -482,7 +483,7 @@ def sweep_workload(sweep: Sweep, w: Workload, index: int) -> WorkloadSweep:
         ref = (
             _reference_job(sweep, w, index, out) if is_job else _reference_service(sweep, w, index)
         )
-        ref_log = sweep.cluster.log_path(sweep.slot, "unmanaged", f"{w.name}-ref")
+        ref_log = sweep.cluster.log_path(sweep.slot, UNMANAGED, f"{w.name}-ref")
         query = w.fidelity is not None and w.fidelity.query is not None
         copies = 1
         m = _fresh(sweep, w, index, copies, out.final_step)

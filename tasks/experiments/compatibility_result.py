@@ -21,7 +21,7 @@ from tasks.experiments.compatibility_cycle import CycleRecord
 from tasks.experiments.stats import wilson_interval as wilson
 
 GATE = "compatibility"
-# What `ckpt-poc sweep --json` prints per workload, exactly (the shape).
+# What `ckpt-poc sweep --json` prints per workload: exactly the keys its --help promises.
 SWEEP_KEYS = (
     "name",
     "cycles",

@@ -19,7 +19,9 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
+from tasks.data.arms import MANAGED
 from tasks.data.datasets import TRIALS
+from tasks.data.events import Ev
 from tasks.data.plan import Plan, ReadyProbe, grace_of
 from tasks.data.store import read_dataset
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
@@ -67,13 +69,13 @@ def run_deadline_sweep(
                 sys.executable, "-m", "examples.serve_digits", "--port", str(port),
                 "--state-mb", str(size), "--init-steps", "10", "--warmup-rounds", "1",
             ]  # fmt: skip
-            proc = slots.start(slot, "managed", argv, tag=f"{trial}-{repeat}")
+            proc = slots.start(slot, MANAGED, argv, tag=f"{trial}-{repeat}")
             images = checkpoint_folder(plan, folder)
             criu = CriuCheckpointer(images, 1, recorder, trial, timeout_s=timeout_s)
             try:
                 url = f"http://127.0.0.1:{port}/ready"
                 if not wait_ready(
-                    ReadyProbe(url=url), recorder, trial, "managed",
+                    ReadyProbe(url=url), recorder, trial, MANAGED,
                     timeout=timeout_s, alive=proc.alive,
                 ).ready:  # fmt: skip
                     failures.append(f"{trial}: the server was not ready within {timeout_s:.0f} s")
@@ -85,7 +87,7 @@ def run_deadline_sweep(
                 criu.close()
                 cluster.stop_all()
     for line in failures:
-        recorder.record("deadline", "managed", "deadline_sweep_failed", reason=line[:500])
+        recorder.record("deadline", MANAGED, Ev.DEADLINE_SWEEP_FAILED, reason=line[:500])
     return failures
 
 

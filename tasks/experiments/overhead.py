@@ -25,6 +25,8 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.data.arms import MANAGED, UNMANAGED
+from tasks.data.events import Ev
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
@@ -59,7 +61,7 @@ class OverheadRun:
 
 def pair_order(pair: int) -> tuple[str, str]:
     """A B, then B A, then A B …: each arm goes first in half of the pairs."""
-    return ("unmanaged", "managed") if pair % 2 == 0 else ("managed", "unmanaged")
+    return (UNMANAGED, MANAGED) if pair % 2 == 0 else (MANAGED, UNMANAGED)
 
 
 def ensure_overhead_supports(plan: Plan) -> None:
@@ -104,7 +106,7 @@ def _pairs(rows: pd.DataFrame) -> pd.DataFrame:
     """Pairs in which both arms gave a number: run_s per arm, indexed by pair."""
     ok = rows[rows["status"] == "ok"]
     wide = ok.pivot_table(index="pair", columns="arm", values="run_s", aggfunc="first")
-    return wide.dropna(subset=[c for c in ("managed", "unmanaged") if c in wide.columns])
+    return wide.dropna(subset=[c for c in (MANAGED, UNMANAGED) if c in wide.columns])
 
 
 def summarise_overhead(trials: pd.DataFrame, plan: Plan) -> dict[str, Any]:
@@ -122,13 +124,13 @@ def summarise_overhead(trials: pd.DataFrame, plan: Plan) -> dict[str, Any]:
             "failed": int((mine["status"] == "failed").sum()),
             "steps_per_s_median": {
                 arm: _median(mine[(mine["arm"] == arm) & (mine["status"] == "ok")]["steps_per_s"])
-                for arm in ("managed", "unmanaged")
+                for arm in (MANAGED, UNMANAGED)
             },
         }
-        if {"managed", "unmanaged"} <= set(wide.columns) and len(wide) >= 1:
+        if {MANAGED, UNMANAGED} <= set(wide.columns) and len(wide) >= 1:
             entry["comparison"] = compare_paired(
-                wide["managed"].to_numpy(),
-                wide["unmanaged"].to_numpy(),
+                wide[MANAGED].to_numpy(),
+                wide[UNMANAGED].to_numpy(),
                 threshold_pct=plan.success.overhead_pct.threshold,
             )
         else:
@@ -158,7 +160,7 @@ def overhead_gate_checks(
     ok = rows[rows["status"] == "ok"]
     checks = []
     for variant in sorted(rows["variant"].dropna().unique()):
-        for arm in ("unmanaged", "managed"):
+        for arm in (UNMANAGED, MANAGED):
             n = int(((ok["variant"] == variant) & (ok["arm"] == arm)).sum())
             checks.append(
                 plain_check(
@@ -174,10 +176,10 @@ def overhead_gate_checks(
     checks.append(same_clock_check(GATE, "overhead", rows))
     spans: dict[tuple[str, str], tuple[int, int]] = {}
     for e in events:
-        if e.event == "progress":
+        if e.event == Ev.PROGRESS:
             lo, hi = spans.get((e.trial_id, e.arm), (e.t_mono_ns, e.t_mono_ns))
             spans[(e.trial_id, e.arm)] = (min(lo, e.t_mono_ns), max(hi, e.t_mono_ns))
-    busy = ("checkpoint_start", "checkpoint_end", "restore_start", "restored")
+    busy = (Ev.CHECKPOINT_START, Ev.CHECKPOINT_END, Ev.RESTORE_START, Ev.RESTORED)
     contaminated = sorted(
         {
             f"{e.trial_id}/{e.arm}"

@@ -26,8 +26,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.data.arms import ARMS  # in order: the unmanaged copy is faulted first
+from tasks.data.arms import (
+    ARMS,  # in order: the unmanaged copy is faulted first
+    MANAGED,
+    UNMANAGED,
+)
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.plan import Fault, Plan, grace_of
 from tasks.data.runctx import RunContext
@@ -245,7 +250,7 @@ def summarise_recovery(trials: pd.DataFrame, plan: Plan) -> tuple[RecoveryArm, .
                 "failed": int((failed & (trials["status"] == "failed")).sum()),
                 **{m: Stats.of(rows[m]) for m in RECOVERY_STATS},
             }
-            if arm == "managed":
+            if arm == MANAGED:
                 rt = _statistic(rows["recovery_s"], crit_rt.statistic)
                 wl = _statistic(rows["work_lost_gpu_h"], crit_wl.statistic)
                 entry["recovery_time_verdict"] = Verdict.judge(
@@ -253,7 +258,7 @@ def summarise_recovery(trials: pd.DataFrame, plan: Plan) -> tuple[RecoveryArm, .
                 )
                 entry["work_lost_verdict"] = Verdict.judge(wl, crit_wl.threshold, crit_wl.statistic)
             arms[arm] = entry
-        managed, unmanaged = (arms[a]["recovery_s"].median for a in ("managed", "unmanaged"))
+        managed, unmanaged = (arms[a]["recovery_s"].median for a in (MANAGED, UNMANAGED))
         ratio = managed / unmanaged if managed is not None and unmanaged else None
         out += [RecoveryArm(**e, managed_over_unmanaged_recovery=ratio) for e in arms.values()]
     return tuple(out)
@@ -281,7 +286,7 @@ def recovery_result(
 def recovery_gate_checks(
     trials: pd.DataFrame, plan: Plan, events: list[Event]
 ) -> list[CheckResult]:
-    """The comparability rules for recovery (DESIGN §5): both arms and enough repeats per
+    """The comparability rules for recovery (docs/design.md §5): both arms and enough repeats per
     fault, one clock, arms that differ only in being managed, real faults and measured
     recoveries behind every counted trial."""
     checks = []
@@ -305,7 +310,7 @@ def recovery_gate_checks(
     unbacked = [
         f"{t}/{a}"
         for t, a in zip(ok["trial_id"], ok["arm"], strict=True)
-        if (t, a, "fault_injected") not in seen or (t, a, "serving_again") not in seen
+        if (t, a, Ev.FAULT_INJECTED) not in seen or (t, a, Ev.SERVING_AGAIN) not in seen
     ]
     measured = ok["recovery_s"].notna() & ok["detection_s"].notna()
     checks.append(

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.data.plan import Fault, Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.clock import Event, EventRecorder, span_s
@@ -114,7 +115,7 @@ def serve_and_measure(
     # the probe's latency, reported beside it.
     learned_ns = time.monotonic_ns()
     serving = rec.record_at(
-        row["trial_id"], row["arm"], "serving_again", seen.t_mono_ns, step=seen.step
+        row["trial_id"], row["arm"], Ev.SERVING_AGAIN, seen.t_mono_ns, step=seen.step
     )
     row["serving_latency_ms"] = (learned_ns - seen.t_mono_ns) / 1e6
     first_new = first_new_step(log, killed_at, plan.workload.progress_probe.log_regex)
@@ -148,8 +149,8 @@ def fail_trial(row: dict[str, Any], rec: EventRecorder, exc: Exception, log: Pat
     flow run's logs and the report, not the dataset) and whether the fault was delivered."""
     row.update(status="failed", reason=str(exc).splitlines()[0][:500])
     row[LOG_TAIL] = log_tail(log)
-    row[FAULT_DELIVERED] = bool(rec.events(row["trial_id"], row["arm"], "fault_injected"))
-    rec.record(row["trial_id"], row["arm"], "trial_failed", reason=row["reason"])
+    row[FAULT_DELIVERED] = bool(rec.events(row["trial_id"], row["arm"], Ev.FAULT_INJECTED))
+    rec.record(row["trial_id"], row["arm"], Ev.TRIAL_FAILED, reason=row["reason"])
 
 
 def wait_for_step(
@@ -208,7 +209,7 @@ def journal_step(rec: EventRecorder, trial: str, arm: str, step: str) -> Iterato
         yield
         status = "ok"
     finally:
-        rec.record(trial, arm, "trial_step", step=step, status=status, s=time.monotonic() - t0)
+        rec.record(trial, arm, Ev.TRIAL_STEP, step=step, status=status, s=time.monotonic() - t0)
 
 
 def run_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
@@ -240,7 +241,7 @@ def run_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[st
     probe: LogProgressProbe | None = None
     try:
         with journal_step(rec, trial, arm, "launch"):
-            t.launched = rec.record(trial, arm, "launch", node=node)
+            t.launched = rec.record(trial, arm, Ev.LAUNCH, node=node)
             steps.launch(t)
         probe = LogProgressProbe(t.log, t.regex, rec, trial, arm).start()
         with journal_step(rec, trial, arm, "reach_fault_step"):

@@ -13,6 +13,7 @@ from tasks.baseline.accounting import DOCUMENTED_STATES, GPU_SOURCE_LABELS
 from tasks.baseline.exposure import EXPOSED_STATES, LIMITATIONS, REPORTED_APART
 from tasks.baseline.run import BaselineResult
 from tasks.data import render
+from tasks.data.arms import MANAGED
 from tasks.data.render import fixed, markdown_table, pct, sig
 from tasks.data.slurm_states import NO_STATE
 from tasks.experiments.results import Failure, OverheadResult, RecoveryResult
@@ -278,7 +279,7 @@ def recovery_verdicts(result: RecoveryResult) -> list[str]:
     lines = []
     for s in result.summary:
         rt, wl = s.recovery_time_verdict, s.work_lost_verdict
-        if s.arm != "managed" or rt is None or wl is None:
+        if s.arm != MANAGED or rt is None or wl is None:
             continue
         n = s.recovery_s.n
         detail = f"managed, n={n}" if n else "no managed trial recovered"

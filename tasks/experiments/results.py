@@ -100,7 +100,7 @@ class RecoveryArm(JsonForm):
     recovery_s: Stats
     work_lost_gpu_h: Stats
     steps_lost: Stats
-    # How late the harness saw `detected` and `serving_again` (DESIGN §4).
+    # How late the harness saw `detected` and `serving_again` (docs/design.md §4).
     detect_latency_ms: Stats = field(default_factory=Stats)
     serving_latency_ms: Stats = field(default_factory=Stats)
     recovery_time_verdict: Verdict | None = None

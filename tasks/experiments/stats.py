@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
 
 GB = 1e9  # decimal, as in the benchmarks
@@ -132,9 +133,9 @@ def bootstrap_ci(
 
 def paired_ratios(managed: ArrayLike, unmanaged: ArrayLike) -> np.ndarray:
     """managed / unmanaged, pair by pair (element i of each side is one pair)."""
-    _same_length("managed", managed, "unmanaged", unmanaged)
-    m = _positive("managed", managed)
-    u = _positive("unmanaged", unmanaged)
+    _same_length(MANAGED, managed, UNMANAGED, unmanaged)
+    m = _positive(MANAGED, managed)
+    u = _positive(UNMANAGED, unmanaged)
     return m / u
 
 

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.data.plan import Plan, ReadyProbe
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.page_cache import CacheState, raw_read
@@ -137,14 +139,14 @@ def wait_for_ready(
     `ready` says so."""
     if ready is not None and ready.log is not None and restored is not None:
         return rec.record_at(
-            trial, arm, "ready", restored.t_mono_ns,
+            trial, arm, Ev.READY, restored.t_mono_ns,
             probe="restored: its ready line was logged before the dump",
         )  # fmt: skip
     if not timed_by_log(ready):
         assert ready is not None
         answer = wait_ready(ready, rec, trial, arm, timeout=timeout_s, alive=alive)
         if answer.ready:
-            return rec.events(trial, arm, "ready")[-1]
+            return rec.events(trial, arm, Ev.READY)[-1]
         raise StartFailed(
             f"its ready probe ({ready.describe()}) never said ready ({who}); "
             f"its last answer: {answer.last}"
@@ -157,7 +159,7 @@ def wait_for_ready(
     # later: its latency is `learned_ms`).
     learned_ms = (time.monotonic_ns() - seen.t_mono_ns) / 1e6
     return rec.record_at(
-        trial, arm, "ready", seen.t_mono_ns,
+        trial, arm, Ev.READY, seen.t_mono_ns,
         step=seen.step, probe=f"first {what}", learned_ms=learned_ms,
     )  # fmt: skip
 
@@ -201,4 +203,4 @@ def fail_starts(
     for row in rows:
         if row is not None and row.get("status") != "ok":
             row.update(status="failed", reason=reason, **{LOG_TAIL: tail})
-    rec.record(trial, "managed" if rows[-1] else "unmanaged", "start_failed", reason=reason)
+    rec.record(trial, MANAGED if rows[-1] else UNMANAGED, Ev.START_FAILED, reason=reason)

@@ -59,7 +59,7 @@ def as_trials(parts: list[pd.DataFrame], ctx: RunContext) -> pd.DataFrame:
 
 def arms_differ_only_in_managed(gate: str, rows: pd.DataFrame) -> list[CheckResult]:
     """One check per column that must hold a single value across both arms' rows: the nodes,
-    the workload and the whole run fingerprint (DESIGN §5.6)."""
+    the workload and the whole run fingerprint (docs/design.md §5.6)."""
     checks = []
     for column in ("nodes", "workload_hash", *FINGERPRINT_COLUMNS):
         distinct = sorted(map(str, rows[column].unique()))

@@ -1,5 +1,5 @@
 """The chains of a PoC's events and their allocation split into the utilization categories
-(DESIGN §4); tasks/window/utilization.py sums them into the weekly rows.
+(docs/design.md §4); tasks/window/utilization.py sums them into the weekly rows.
 
 **The unit** is a *chain*: the events of one (run_id, trial_id, arm), that is one workload
 copy and the copies a recovery brought back in its place (a CRIU restore or a restart). Each
@@ -97,18 +97,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.data.events import Ev
 from tasks.window.intervals import Interval, intersect, subtract, union
 
 CATEGORIES = ("delivered", "lost", "idle_checkpoint", "idle_recovery", "idle_other")
 # Events that mean a new copy is being brought up after a fault (a restore or a restart).
 RESTART_EVENTS = frozenset(
-    {"started", "job_started", "restore_start", "restored", "restart_start", "restarted"}
+    {Ev.STARTED, Ev.JOB_STARTED, Ev.RESTORE_START, Ev.RESTORED, Ev.RESTART_START, Ev.RESTARTED}
 )
 # Events only a workload's copy has (a chain without one is the harness's own: install, opt-in).
-WORKLOAD_EVENTS = frozenset({"launch", "job_started", "restore_start", "started", "progress"})
+WORKLOAD_EVENTS = frozenset({Ev.LAUNCH, Ev.JOB_STARTED, Ev.RESTORE_START, Ev.STARTED, Ev.PROGRESS})
 # Events after which a chain's record holds nothing more (module docstring: Ended).
 END_EVENTS = frozenset(
-    {"exited", "workload_exited", "stopped_by_harness", "trial_failed", "run_failed"}
+    {Ev.EXITED, Ev.WORKLOAD_EXITED, Ev.STOPPED_BY_HARNESS, Ev.TRIAL_FAILED, Ev.RUN_FAILED}
 )
 
 
@@ -199,11 +200,11 @@ def _freezes(events: list[ChainEvent], end: float) -> list[Interval]:
     out: list[Interval] = []
     for e in events:
         index = _int(e.detail.get("index"))
-        if e.event == "checkpoint_start":
+        if e.event == Ev.CHECKPOINT_START:
             starts[index] = e.t
-        elif e.event in ("checkpoint_end", "checkpoint_failed"):
+        elif e.event in (Ev.CHECKPOINT_END, Ev.CHECKPOINT_FAILED):
             began = starts.pop(index, e.t)
-            frozen = _int(e.detail.get("frozen_us")) if e.event == "checkpoint_end" else None
+            frozen = _int(e.detail.get("frozen_us")) if e.event == Ev.CHECKPOINT_END else None
             out.append(
                 (max(began, e.t - frozen / 1e6), e.t) if frozen is not None else (began, e.t)
             )
@@ -253,12 +254,12 @@ def classify_chain(
     events = [e for e in events if e.t >= start]  # before the start: another copy's doing
     if end <= start:
         return chain
-    faults = [e.t for e in events if e.event == "fault_injected"]
+    faults = [e.t for e in events if e.event == Ev.FAULT_INJECTED]
     bounds = [*faults, end]
     progress = [
         (e.t, s)
         for e in events
-        if e.event == "progress" and (s := _int(e.detail.get("step"))) is not None
+        if e.event == Ev.PROGRESS and (s := _int(e.detail.get("step"))) is not None
     ]
 
     holes: list[Interval] = []
@@ -274,11 +275,11 @@ def classify_chain(
     for k, fault in enumerate(faults):
         seg_end = bounds[k + 1]
         seg = [e for e in events if fault <= e.t <= seg_end]
-        if "recovery_submitted" in {e.event for e in seg}:  # Slurm released the allocation
+        if Ev.RECOVERY_SUBMITTED in {e.event for e in seg}:  # Slurm released the allocation
             holes.append(_released(seg, fault, seg_end))
         marker = _first(seg, RESTART_EVENTS)
         new_pts = [(t, s) for t, s in progress if fault < t <= seg_end and t > marker]
-        serving = next((e for e in seg if e.event == "serving_again"), None)
+        serving = next((e for e in seg if e.event == Ev.SERVING_AGAIN), None)
         s1 = _int(serving.detail.get("step")) if serving else None
         back_at = serving.t if serving else (new_pts[0][0] if new_pts else math.nan)
         if s1 is None and new_pts:
@@ -316,7 +317,7 @@ def _chain_start(events: list[ChainEvent]) -> float:
     return next(
         (
             t
-            for names in (("job_started",), ("launch",), ("restore_start",))
+            for names in ((Ev.JOB_STARTED,), (Ev.LAUNCH,), (Ev.RESTORE_START,))
             if not math.isnan(t := _first(events, names))
         ),
         events[0].t,
@@ -326,8 +327,8 @@ def _chain_start(events: list[ChainEvent]) -> float:
 def _released(seg: list[ChainEvent], fault: float, seg_end: float) -> Interval:
     """The hole in the allocation after a fault Slurm released it for: from detection (else
     the fault) to the recovery job's start (else its submission, else the segment's end)."""
-    released = _first(seg, ("detected",))
-    back = _first(seg, ("job_started",), _first(seg, ("recovery_submitted",)))
+    released = _first(seg, (Ev.DETECTED,))
+    back = _first(seg, (Ev.JOB_STARTED,), _first(seg, (Ev.RECOVERY_SUBMITTED,)))
     return (fault if math.isnan(released) else released, seg_end if math.isnan(back) else back)
 
 
@@ -335,13 +336,13 @@ def _restored_checkpoint_time(
     events: list[ChainEvent], seg: list[ChainEvent], fault: float, back_at: float
 ) -> float:
     """When the checkpoint the copy was restored from began (nan: no restore, or unknown)."""
-    restored = [e for e in seg if e.event == "restored" and e.t <= back_at]
+    restored = [e for e in seg if e.event == Ev.RESTORED and e.t <= back_at]
     index = _int(restored[-1].detail.get("index")) if restored else None
     return next(
         (
             e.t
             for e in reversed(events)
-            if e.event == "checkpoint_start"
+            if e.event == Ev.CHECKPOINT_START
             and e.t < fault
             and index is not None
             and _int(e.detail.get("index")) == index

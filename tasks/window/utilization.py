@@ -1,4 +1,4 @@
-"""Job-level utilization (goodput) per arm, ISO week and workload (DESIGN §4).
+"""Job-level utilization (goodput) per arm, ISO week and workload (docs/design.md §4).
 
 Input: the committed `events` of a PoC (and `trials` for GPU counts, `samples` for the busy
 fraction). Output: rows of the `utilization` dataset. The chains and their split into the

@@ -28,7 +28,7 @@ def test_contract_the_toggle_brackets_crius_dump_and_restore(
     gpu_engine, calls: Path, monkeypatch
 ) -> None:
     """The driver API's calls around a real CRIU dump and restore of a real process, in the
-    order the issue names: lock and checkpoint before the dump, restore and unlock after it
+    order they must come in: lock and checkpoint before the dump, restore and unlock after it
     (the copy runs on) and after CRIU's restore; each phase timed on a `gpu_phases` event."""
     cluster, recorder, gpu = gpu_engine
     proc = cluster.start("local-a", "managed", COUNTER)

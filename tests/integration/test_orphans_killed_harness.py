@@ -1,4 +1,4 @@
-"""A harness killed with SIGKILL leaves nothing running and its record behind (issue 10).
+"""A harness killed with SIGKILL leaves nothing running and its record behind.
 
 Each test runs a real harness in a subprocess (a side-by-side run, or a CRIU restore), kills
 it with SIGKILL and looks at what is left: no process of the run alive a few seconds later

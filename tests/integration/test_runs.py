@@ -64,7 +64,7 @@ def test_a_killed_run_is_invisible_reported_and_cleaned(tmp_path: Path) -> None:
 def test_a_baseline_killed_after_its_first_jobs_file_leaves_nothing_visible(
     tmp_path: Path,
 ) -> None:
-    """The issue's case: SIGKILL once the out-of-core path has written its first `jobs`
+    """A baseline killed mid-write: SIGKILL once the out-of-core path has written its first `jobs`
     block. Before commit records, every reader took those rows without an exposure."""
     from bench.synth_sacct import write_dump
     from tasks.data.datasets import EXPOSURE, JOBS

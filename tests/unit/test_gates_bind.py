@@ -1,4 +1,4 @@
-"""Gates bind the verdicts (issue 17): the six checks, computed once per week's rows, hold only
+"""Gates bind the verdicts: the six checks, computed once per week's rows, hold only
 the verdicts they guard; evidence short of the plan's minimum is undecided; the plan's decision
 rule turns the verdicts into adopt / reject / extend / undecided."""
 

@@ -67,7 +67,7 @@ def test_the_check_sees_a_wrong_way_import(tmp_path: Path) -> None:
     assert LAYERS.index(_package("tasks.window.weekly") or "") > LAYERS.index("data")
 
 
-# --- the house's other rules (issue 16) ---------------------------------------------------------
+# --- the house's other rules --------------------------------------------------------------------
 
 PACKAGES = ("flows", "tasks", "cli")
 
@@ -407,3 +407,190 @@ def test_configuration_is_read_by_the_settings_modules_alone(tmp_path: Path) -> 
     )
     found = _configuration_problems([bad], variables, fields)
     assert sorted(int(line.split(":")[1]) for line in found) == [5, 5, 6, 7, 8, 9, 10], found
+
+
+# --- measures and checks: each declared once, named through its registry -----------------------
+
+MEASURE_REGISTRY = TASKS / "data" / "measures.py"
+CHECK_CATALOGUE = TASKS / "data" / "checks.py"
+# Where a registered measure's name may be spelled besides the registry and the module that
+# computes it, by file: there the word names something else (a column or a dataset that
+# shares the name, a key of an output format), or the module still names the measure itself.
+MEASURE_NAMES_ELSEWHERE: dict[str, frozenset[str]] = {
+    # The datasets' declarations: trials and utilization columns, the utilization dataset.
+    "tasks/data/datasets.py": frozenset(
+        {"recovery_s", "work_lost_gpu_h", "goodput", "goodput_job_span", "utilization"}
+    ),
+    # The utilization gate, named after its stage.
+    "tasks/data/checks.py": frozenset({"utilization"}),
+    # The utilization flow's schedule, a plan field.
+    "tasks/data/plan_window.py": frozenset({"utilization"}),
+    # The utilization stage: its flow, command and dataset, and the columns it writes or shows.
+    "tasks/window/utilization.py": frozenset({"goodput", "goodput_job_span"}),
+    "flows/utilization.py": frozenset({"utilization", "goodput", "goodput_job_span"}),
+    "cli/app.py": frozenset({"utilization"}),
+    "cli/window.py": frozenset({"goodput"}),
+    "tasks/poc/stages.py": frozenset({"utilization"}),
+    "tasks/poc/record/figures.py": frozenset({"utilization"}),
+    # The recovery stage's trials columns, as it writes and summarises them.
+    "tasks/experiments/recovery.py": frozenset({"recovery_s", "work_lost_gpu_h"}),
+    "tasks/experiments/results.py": frozenset({"recovery_s", "work_lost_gpu_h"}),
+    # A key of compare_paired's result, which the overhead stage prints (--json) and reports.
+    "tasks/experiments/stats.py": frozenset({"overhead_pct"}),
+    "tasks/experiments/report.py": frozenset({"overhead_pct"}),
+    # A key of the GPU check's summary JSON (plain Python: it imports no registry).
+    "tasks/poc/gpu_check/check.py": frozenset({"overhead_pct"}),
+    # The goodput readings' column heading, the goodput section's key in the weekly report's
+    # --json, the goodput figure's id, and the side-by-side table's goodput line.
+    "tasks/window/weekly/goodput.py": frozenset({"goodput"}),
+    "tasks/window/weekly/stage.py": frozenset({"goodput"}),
+    "tasks/window/weekly/plots.py": frozenset({"goodput"}),
+    "tasks/poc/record/sections.py": frozenset({"goodput"}),
+    # The record's assembly still names these measures (the cold-start clocks after the
+    # speed-up, the per-week rows, the exit row's runs): to read the registry when it changes.
+    "tasks/poc/record/build.py": frozenset(
+        {"cold_start_speedup", "exit_leftovers", "goodput", "utilization"}
+    ),
+}
+
+
+def _project_files() -> list[Path]:
+    return [p for pkg in PACKAGES for p in sorted((REPO / pkg).rglob("*.py"))]
+
+
+def _module_path(module: str) -> Path:
+    return REPO / (module.replace(".", "/") + ".py")
+
+
+def _string_literals(path: Path) -> list[tuple[int, str]]:
+    """(line, text) of every string constant in the file, f-strings' parts included, prose
+    (docstrings and other string statements) left out."""
+    tree = ast.parse(path.read_text(), str(path))
+    prose = _prose(tree)
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose
+    ]
+
+
+def _measure_names_spelled(paths: list[Path]) -> tuple[list[str], set[tuple[str, str]]]:
+    """Literal measure names outside the registry, their computation and the allowed files;
+    and the (file, name) pairs of the allowed ones that were seen."""
+    from tasks.data.measures import MEASURES
+
+    wrong: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for path in paths:
+        rel = str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+        for line, text in _string_literals(path):
+            measure = MEASURES.get(text)
+            if measure is None or path in (MEASURE_REGISTRY, _module_path(measure.computed_in)):
+                continue
+            if text in MEASURE_NAMES_ELSEWHERE.get(rel, ()):
+                seen.add((rel, text))
+            else:
+                wrong.append(
+                    f"{rel}:{line}: {text!r} is a measure: read it from tasks.data.measures"
+                )
+    return wrong, seen
+
+
+def test_each_measure_is_named_by_its_declaration_and_computation_alone(tmp_path: Path) -> None:
+    """A measure's name is spelled in the registry and the module that computes it; every
+    other module reads the registry. The exceptions are listed, each with why, and each is
+    still needed."""
+    wrong, seen = _measure_names_spelled(_project_files())
+    assert not wrong, "\n".join(wrong)
+    allowed = {(f, n) for f, names in MEASURE_NAMES_ELSEWHERE.items() for n in names}
+    assert allowed <= seen, f"allowed but no longer spelled there: {sorted(allowed - seen)}"
+    # The check cannot pass vacuously: a row compared with a spelled-out measure is caught,
+    # prose about it is not.
+    bad = tmp_path / "bad.py"
+    bad.write_text('"""overhead_pct in prose is fine."""\nx = r["measure"] == "overhead_pct"\n')
+    found = _measure_names_spelled([bad])[0]
+    assert len(found) == 1 and found[0].endswith(
+        ":2: 'overhead_pct' is a measure: read it from tasks.data.measures"
+    ), found
+
+
+def _checks_spelled(paths: list[Path]) -> list[str]:
+    """Literal check names (a parametrised one's ``name[`` too) outside the catalogue and the
+    modules that implement each."""
+    from tasks.data.checks import CHECKS
+
+    wrong = []
+    for path in paths:
+        rel = path.relative_to(REPO) if path.is_relative_to(REPO) else path
+        for line, text in _string_literals(path):
+            for check in CHECKS:
+                spelled = text == check.name or check.matches(text)
+                home = {CHECK_CATALOGUE, *(_module_path(m) for m in check.modules)}
+                if spelled and path not in home:
+                    wrong.append(f"{rel}:{line}: {text!r} (tasks.data.checks: {check.name})")
+    return wrong
+
+
+def test_every_check_is_named_through_the_catalogue(tmp_path: Path) -> None:
+    """A gate's check is spelled only in the catalogue and the modules that implement it;
+    its readers (the six mistakes, the weekly rows) find it by its declaration. Each module
+    the catalogue names does implement it: spells it or uses its constant."""
+    import re
+
+    from tasks.data import checks
+
+    assert not (wrong := _checks_spelled(_project_files())), "\n".join(wrong)
+    constants = {
+        id(getattr(value, "check", value)): name
+        for name, value in vars(checks).items()
+        if isinstance(value, checks.Check | checks.ColumnRule | checks.TableRule)
+    }
+    for check in checks.CHECKS:
+        for module in check.modules:
+            path = _module_path(module)
+            spelled = any(
+                text == check.name or check.matches(text) for _, text in _string_literals(path)
+            )
+            used = re.search(rf"\b{constants[id(check)]}\b", path.read_text())
+            assert spelled or used, f"{module} does not implement {check.name}"
+    bad = tmp_path / "bad.py"
+    bad.write_text('ok = not e.startswith("arms_differ_only_in_managed[")\n')
+    assert len(_checks_spelled([bad])) == 1
+
+
+def test_the_measure_registry_holds_together() -> None:
+    """What the registry declares exists: each trials.measure has its clock, each module
+    computes what it is said to, each decision criterion says what settles it, and the
+    plan's `success:` has one field per criterion, in its order."""
+    from tasks.data.checks import GATES
+    from tasks.data.measures import CRITERIA, DECISION_CRITERIA, MEASURES, by_decision
+    from tasks.data.plan import DecisionCriterion, Success
+    from tasks.experiments.clocks import MEASURE_CLOCKS
+
+    for m in MEASURES.values():
+        assert m.trials is None or m.trials in MEASURE_CLOCKS, m.name
+        assert set(m.gates) <= set(GATES), m.name
+        assert _module_path(m.computed_in).exists(), m.name
+    for criterion in DECISION_CRITERIA:
+        assert by_decision(criterion).evidence is not None, criterion
+    assert list(Success.model_fields) == [c.name for c in CRITERIA]
+    assert DecisionCriterion.__args__ == DECISION_CRITERIA
+
+
+def _arms_spelled(paths: list[Path]) -> list[str]:
+    """Where an arm's name is written as a string outside tasks/data/arms.py."""
+    arms_module = _module_path("tasks.data.arms")
+    return [
+        f"{path}:{line} {text!r}"
+        for path in paths
+        if path != arms_module
+        for line, text in _string_literals(path)
+        if text in ("managed", "unmanaged")
+    ]
+
+
+def test_the_arms_are_named_through_tasks_data_arms(tmp_path: Path) -> None:
+    assert not _arms_spelled(_project_files()), "use MANAGED / UNMANAGED / ARMS of tasks.data.arms"
+    planted = tmp_path / "planted.py"
+    planted.write_text('ARM = "managed"\n')
+    assert _arms_spelled([planted]) == [f"{planted}:1 'managed'"]  # the check can fail

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from tasks.data.arms import MANAGED
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer
@@ -99,7 +100,7 @@ def managed_checkpointer(
     recorder: EventRecorder,
     trial_id: str,
     *,
-    arm: str = "managed",
+    arm: str = MANAGED,
     keep: int | None = None,
     timeout_s: float = 600,
 ) -> Checkpointer:

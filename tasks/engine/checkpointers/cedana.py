@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 from pydantic import SecretStr
 
-from tasks.data.arms import ARMS
+from tasks.data.arms import ARMS, MANAGED, UNMANAGED
 from tasks.data.errors import BlastRadiusError, CkptPocError, SecretError
 from tasks.data.plan import SAFE_NAME, Plan
 from tasks.data.settings import env_name, settings
@@ -222,7 +222,7 @@ def slurm_uninstall_steps(plan: Plan, nodes: Iterable[str] | None = None) -> lis
 
 def sbatch_opt_in_args(arm: str) -> list[str]:
     """The managed arm opts in; the unmanaged arm never does."""
-    return [SBATCH_OPT_IN] if _arm(arm) == "managed" else []
+    return [SBATCH_OPT_IN] if _arm(arm) == MANAGED else []
 
 
 def sbatch_argv(
@@ -483,16 +483,16 @@ def opt_in_pod(
     labels = meta.setdefault("labels", {})
     cedana_labels = sorted(k for k in labels if k.startswith("cedana.ai/"))
     runtime = spec.get("runtimeClassName")
-    if arm == "unmanaged" and (runtime == RUNTIME_CLASS or cedana_labels):
+    if arm == UNMANAGED and (runtime == RUNTIME_CLASS or cedana_labels):
         raise CedanaError(f"the manifest opts itself in ({runtime!r}, {cedana_labels}): refused")
-    if arm == "managed" and runtime not in (None, RUNTIME_CLASS):
+    if arm == MANAGED and runtime not in (None, RUNTIME_CLASS):
         raise CedanaError(f"the manifest already has runtimeClassName {runtime!r}")
     if not spec.get("containers"):
         raise CedanaError("the Pod manifest has no spec.containers")
     labels["ckpt-poc/arm"] = arm
     # Pinned by the node's hostname label, and the scheduler still places it (no nodeName).
     spec["nodeSelector"] = {**spec.get("nodeSelector", {}), HOSTNAME_LABEL: node}
-    if arm == "managed":
+    if arm == MANAGED:
         spec["runtimeClassName"] = RUNTIME_CLASS
         labels["cedana.ai/node-restore"] = "true"
         every = plan.checkpointer.interval_s if interval_s is None else interval_s

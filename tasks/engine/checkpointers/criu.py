@@ -32,7 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from tasks.data import env_markers, settings_bare
+from tasks.data.arms import MANAGED
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.data.fingerprint import criu_binary
 from tasks.engine.checkpointers import open_files
 from tasks.engine.checkpointers.criu_failure import criu_failure_cause
@@ -173,7 +175,7 @@ def remove_stale_checkpoints(
 
 
 # The events whose rows carry where the images are and on what file system.
-IMAGES_EVENTS = frozenset({"checkpoint_end", "checkpoint_failed", "restored", "restore_failed"})
+IMAGES_EVENTS = frozenset({Ev.CHECKPOINT_END, Ev.CHECKPOINT_FAILED, Ev.RESTORED, Ev.RESTORE_FAILED})
 
 
 def clean_dead_roots(*parents: Path, depth: int = 3) -> list[Path]:
@@ -219,7 +221,7 @@ class CriuCheckpointer:
         keep: int,
         recorder: EventRecorder,
         trial_id: str,
-        arm: str = "managed",
+        arm: str = MANAGED,
         binary: str | None = None,
         timeout_s: float = 600,
         protect: Iterable[Path] = (),
@@ -349,7 +351,7 @@ class CriuCheckpointer:
             # Left running, it goes on writing: keep what CRIU will check at restore.
             kept = open_files.action_env(proc.pid, folder, self.keep_files_max)
             start = self.record(
-                "checkpoint_start", index=index, pid=proc.pid, leave_running=leave_running
+                Ev.CHECKPOINT_START, index=index, pid=proc.pid, leave_running=leave_running
             )
             t0 = time.monotonic()
             done = self._run_dump(
@@ -398,7 +400,7 @@ class CriuCheckpointer:
             tmp.write_text(json.dumps(record))
             os.replace(tmp, folder / COMPLETE)  # the checkpoint counts from here on
             self.record(
-                "checkpoint_end",
+                Ev.CHECKPOINT_END,
                 index=index,
                 image_bytes=ckpt.image_bytes,
                 dump_s=dump_s,
@@ -417,7 +419,7 @@ class CriuCheckpointer:
         try:
             return self._run(argv, **kw)
         except CriuError as exc:
-            self.record("checkpoint_failed", index=self._index(folder), rc=None, log_tail=str(exc))
+            self.record(Ev.CHECKPOINT_FAILED, index=self._index(folder), rc=None, log_tail=str(exc))
             shutil.rmtree(folder, ignore_errors=True)
             raise
 
@@ -426,7 +428,7 @@ class CriuCheckpointer:
         tail = _tail(folder / "dump.log")
         exited = _gone_soon(proc)
         self.record(
-            "checkpoint_failed",
+            Ev.CHECKPOINT_FAILED,
             index=index,
             rc=rc,
             log_tail=tail[-2000:],
@@ -472,13 +474,13 @@ class CriuCheckpointer:
         try:
             files, size = open_files.put_back(checkpoint.path)
         except OSError as exc:
-            self.record("restore_failed", index=checkpoint.index, rc=None, log_tail=str(exc))
+            self.record(Ev.RESTORE_FAILED, index=checkpoint.index, rc=None, log_tail=str(exc))
             raise CriuError(
                 f"could not put back the files checkpoint {checkpoint.path} kept: {exc}",
                 cause=f"put back kept files: {exc}",
             ) from exc
         if files:
-            self.record("files_put_back", index=checkpoint.index, files=files, bytes=size)
+            self.record(Ev.FILES_PUT_BACK, index=checkpoint.index, files=files, bytes=size)
 
     def restore_attached(
         self, checkpoint: Checkpoint, timeout: float = 120
@@ -488,7 +490,7 @@ class CriuCheckpointer:
         the restored workload. Returns (the CRIU process, the restored workload's pid)."""
         with self._lock:
             pidfile, log = self._restore_paths()
-            self.record("restore_start", index=checkpoint.index)
+            self.record(Ev.RESTORE_START, index=checkpoint.index)
             self._put_back(checkpoint)
             proc = subprocess.Popen(
                 [
@@ -508,14 +510,14 @@ class CriuCheckpointer:
             while proc.poll() is None and time.monotonic() < deadline:
                 if pidfile.exists() and pidfile.read_text().strip():
                     pid = int(pidfile.read_text().strip())
-                    self.record("restored", index=checkpoint.index, pid=pid)
+                    self.record(Ev.RESTORED, index=checkpoint.index, pid=pid)
                     return proc, pid
                 time.sleep(0.002)
             if proc.poll() is None:
                 proc.kill()
             rc = proc.wait()
             tail = _tail(log)
-            self.record("restore_failed", index=checkpoint.index, rc=rc, log_tail=tail[-2000:])
+            self.record(Ev.RESTORE_FAILED, index=checkpoint.index, rc=rc, log_tail=tail[-2000:])
             raise _failed(
                 f"criu restore of checkpoint {checkpoint.path} exited {rc} "
                 f"before the workload ran:\n{tail}",
@@ -532,7 +534,7 @@ class CriuCheckpointer:
             raise CriuError(f"no complete checkpoint under {self.root} to restore")
         with self._lock:
             pidfile, log = self._restore_paths()
-            self.record("restore_start", index=ckpt.index)
+            self.record(Ev.RESTORE_START, index=ckpt.index)
             try:
                 self._put_back(ckpt)
                 done = self._run(
@@ -555,7 +557,7 @@ class CriuCheckpointer:
                 if done.returncode != 0 or not pidfile.exists():
                     tail = _tail(log)
                     self.record(
-                        "restore_failed",
+                        Ev.RESTORE_FAILED,
                         index=ckpt.index,
                         rc=done.returncode,
                         log_tail=tail[-2000:],
@@ -569,7 +571,7 @@ class CriuCheckpointer:
                 stats = criu_stats((done.stdout or "") + (done.stderr or ""))
                 self.last_restore_stats = stats
                 self.record(
-                    "restored",
+                    Ev.RESTORED,
                     index=ckpt.index,
                     pid=pid,
                     restore_us=stats.get("Restore time"),

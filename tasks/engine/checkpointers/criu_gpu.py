@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tasks.data.events import Ev
 from tasks.data.gpu_capability import (
     Capability,
     process_gpu_bytes,
@@ -94,9 +95,9 @@ class GpuCriuCheckpointer:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 with_kill = f"could not be brought back ({exc}) and was gone"
-            self.record("gpu_recovery", pid=pid, after=why, outcome=with_kill)
+            self.record(Ev.GPU_RECOVERY, pid=pid, after=why, outcome=with_kill)
             return with_kill
-        self.record("gpu_recovery", pid=pid, after=why, outcome=done)
+        self.record(Ev.GPU_RECOVERY, pid=pid, after=why, outcome=done)
         return done
 
     def dump(
@@ -104,7 +105,7 @@ class GpuCriuCheckpointer:
     ) -> Checkpoint:
         if not self.capability.can_checkpoint:
             why = "; ".join(self.capability.problems)
-            self.record("checkpoint_failed", cause="gpu_capability", error=why)
+            self.record(Ev.CHECKPOINT_FAILED, cause="gpu_capability", error=why)
             raise CriuError(f"GPU checkpoint refused by the capability check: {why}")
         phases: dict[str, float] = {}
         pids = self.cuda_pids(proc.pid)
@@ -117,7 +118,7 @@ class GpuCriuCheckpointer:
             except CudaDriverError as exc:
                 for done in toggled:
                     self.driver.toggle_in(done)
-                self.record("checkpoint_failed", cause=exc.name, error=str(exc), pid=pid)
+                self.record(Ev.CHECKPOINT_FAILED, cause=exc.name, error=str(exc), pid=pid)
                 message = f"the driver could not checkpoint pid {pid}: {exc}"
                 raise CriuError(message, cause=exc.name) from exc
             toggled.append(pid)
@@ -137,7 +138,7 @@ class GpuCriuCheckpointer:
                 assert self.driver is not None
                 _add(phases, self.driver.toggle_in(pid).seconds)
         moved = None if None in gpu_bytes else sum(b for b in gpu_bytes if b is not None)
-        self.record("gpu_phases", step="dump", index=ckpt.index, phases=phases, gpu_bytes=moved,
+        self.record(Ev.GPU_PHASES, step="dump", index=ckpt.index, phases=phases, gpu_bytes=moved,
                     image_bytes=ckpt.image_bytes, cuda_pids=pids, **self._said())  # fmt: skip
         return ckpt
 
@@ -181,7 +182,7 @@ class GpuCriuCheckpointer:
             raise CriuError(f"{where}: no GPU record of the checkpoint: {exc}") from exc
         refused = restore_refusal(meta["capability"], self.capability)
         if refused is not None:
-            self.record("restore_failed", index=ckpt.index, cause="gpu_mismatch", error=refused)
+            self.record(Ev.RESTORE_FAILED, index=ckpt.index, cause="gpu_mismatch", error=refused)
             raise CriuError(f"restore refused before CRIU ran: {refused}", cause="gpu_mismatch")
 
     def _back_onto_gpu(self, root: int, index: int, criu_s: float) -> None:
@@ -195,7 +196,7 @@ class GpuCriuCheckpointer:
                 outcome = self._bring_back(pid, f"a failed toggle back in: {exc}")
                 message = f"pid {pid} restored but not onto the GPU: {exc} ({outcome})"
                 raise CriuError(message, cause=exc.name) from exc
-        self.record("gpu_phases", step="restore", index=index, phases=phases, **self._said())
+        self.record(Ev.GPU_PHASES, step="restore", index=index, phases=phases, **self._said())
 
 
 def gpu_checkpointer(criu: CriuCheckpointer) -> GpuCriuCheckpointer:

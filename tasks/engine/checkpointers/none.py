@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tasks.data.arms import UNMANAGED
+from tasks.data.events import Ev
 from tasks.engine.clock import EventRecorder
 from tasks.engine.clusters.process import ProcessSlots, WorkloadProcess
 
@@ -27,7 +29,7 @@ class NoCheckpointer:
         trial_id: str,
         app_checkpoint: Path | None,
         resume_args: list[str],
-        arm: str = "unmanaged",
+        arm: str = UNMANAGED,
     ) -> None:
         self._recorder, self._trial, self._arm = recorder, trial_id, arm
         self.app_checkpoint = app_checkpoint
@@ -43,9 +45,11 @@ class NoCheckpointer:
     ) -> WorkloadProcess:
         point = self.recoverable_point()
         extra = self.resume_args if point.kind == "app_checkpoint" else []
-        self._recorder.record(self._trial, self._arm, "restart_start", recoverable_point=point.kind)
+        self._recorder.record(
+            self._trial, self._arm, Ev.RESTART_START, recoverable_point=point.kind
+        )
         proc = cluster.start(slot, self._arm, [*argv, *extra], tag=tag)
         self._recorder.record(
-            self._trial, self._arm, "restarted", pid=proc.pid, recoverable_point=point.kind
+            self._trial, self._arm, Ev.RESTARTED, pid=proc.pid, recoverable_point=point.kind
         )
         return proc

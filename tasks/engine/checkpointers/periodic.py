@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from tasks.data.events import Ev
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.clusters.process import WorkloadProcess
 
@@ -63,7 +64,7 @@ class PeriodicCheckpoints:
             self.failure = exc
             with contextlib.suppress(Exception):  # the failure is kept even if this fails
                 self.checkpointer.record(
-                    "thread_failed", thread=self._thread.name, error=repr(exc)[:2000]
+                    Ev.THREAD_FAILED, thread=self._thread.name, error=repr(exc)[:2000]
                 )
             if self._on_failure is not None:
                 self._on_failure(exc)
@@ -82,7 +83,7 @@ class PeriodicCheckpoints:
             due = int((time.monotonic() - origin) // self.interval_s)
             if due > tick:
                 self.checkpointer.record(
-                    "checkpoint_skipped",
+                    Ev.CHECKPOINT_SKIPPED,
                     ticks=due - tick,
                     reason="previous dump still running",
                 )

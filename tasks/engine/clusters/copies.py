@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.engine.clock import EventRecorder
 
 
@@ -67,7 +68,7 @@ def dump_failures(recorder: EventRecorder, request: CopyRequest) -> CopyEnd:
     """The copy's failed dumps, from its `checkpoint_failed` events (a dump the workload's own
     end cut short is counted apart, as the trials say it: checkpoints.WORKLOAD_EXITED)."""
     end = CopyEnd()
-    for event in recorder.events(request.trial, request.arm, "checkpoint_failed"):
+    for event in recorder.events(request.trial, request.arm, Ev.CHECKPOINT_FAILED):
         if event.detail.get("workload_exited"):
             end.dumps_cut_by_exit += 1
             continue

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from tasks.data.arms import MANAGED
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.data.plan import Fault, Plan
 from tasks.engine.checkpointers.criu import Checkpoint
 from tasks.engine.clock import Event, EventRecorder
@@ -130,7 +132,7 @@ def progress_event(rec: EventRecorder, trial: str, arm: str, step: int) -> Event
     step at or after it; where the probe read ``step`` together with later ones (one event,
     for the newest), interpolated linearly from the event before, as tasks/window/chains.py
     does (not recorded: a moment to measure from)."""
-    events = rec.events(trial, arm, "progress")
+    events = rec.events(trial, arm, Ev.PROGRESS)
     steps = [int(e.detail.get("step", -1)) for e in events]
     i = next((k for k, s in enumerate(steps) if s >= step), None)
     if i is None:  # e.g. the copy ran to its end during a notice: no later step was logged
@@ -151,9 +153,7 @@ def progress_event(rec: EventRecorder, trial: str, arm: str, step: int) -> Event
 
 def checkpoint_started(rec: EventRecorder, trial: str, index: int) -> Event:
     return next(
-        e
-        for e in rec.events(trial, "managed", "checkpoint_start")
-        if e.detail.get("index") == index
+        e for e in rec.events(trial, MANAGED, Ev.CHECKPOINT_START) if e.detail.get("index") == index
     )
 
 

@@ -1,4 +1,4 @@
-"""Snapshot collectors (DESIGN §1.8), one per kind, keyed by the kind's name in the plan's
+"""Snapshot collectors (docs/design.md §1.8), one per kind, keyed by the kind's name in the plan's
 ``exit.watch.kinds`` (tasks.data.plan.SnapshotKind).
 
 Adding a kind: its name in ``SnapshotKind``, one module here with a

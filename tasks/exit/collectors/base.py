@@ -1,6 +1,6 @@
 """What every snapshot collector shares: the rows it adds to, what it is told, its signature.
 
-A collector observes one kind (DESIGN §1.8) of THIS machine, read-only, and adds one row per
+A collector observes one kind (docs/design.md §1.8) of THIS machine, read-only, and adds one row per
 item to a `Collector`; what it cannot read is an ``error`` row, what it leaves out on purpose
 an ``excluded`` row. The registry in `tasks.exit.collectors` maps each kind the plan's
 ``exit.watch`` names to its collector.

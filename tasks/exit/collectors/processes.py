@@ -21,6 +21,8 @@ import fnmatch
 import os
 from typing import Any
 
+import psutil
+
 from tasks.data.env_markers import JOB, MANAGED, MANIFEST, WRAPPER_POC
 from tasks.data.errors import CkptPocError
 from tasks.exit.collectors.base import Collector, Observation, ProcessInfo, ProcessTable
@@ -41,7 +43,7 @@ _INTERPRETERS = ("python*", "bash", "sh", "dash", "perl*", "env")
 
 
 def _proc_ids() -> list[int]:
-    return sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    return psutil.pids()  # every pid in /proc, sorted
 
 
 def env_markers(base: str) -> list[str]:

@@ -36,6 +36,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from tasks.engine.paths import mount_point
 from tasks.exit.writers.lineage import cgroup_of
 from tasks.exit.writers.recorder import LOG_NAME
@@ -150,16 +152,17 @@ def alive(pid: int) -> bool:
     if pid <= 0:
         return False
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return b"tasks.exit.writers.recorder" in fh.read() and _not_zombie(pid)
-    except OSError:
+        argv = psutil.Process(pid).cmdline()
+    except (psutil.Error, OSError):  # gone, or a zombie (ZombieProcess)
         return False
+    return any("tasks.exit.writers.recorder" in word for word in argv) and _not_zombie(pid)
 
 
 def _not_zombie(pid: int) -> bool:
+    """``pid`` exists and is not a zombie (a dead one, state X, still counts)."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.Error, OSError, ValueError):  # gone, or not a pid at all
         return False
 
 

@@ -30,6 +30,8 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+import psutil
+
 from tasks.exit.collectors.processes import env_markers
 
 # <linux/netlink.h>, <linux/connector.h>, <linux/cn_proc.h>
@@ -421,10 +423,7 @@ class Lineage:
                 return
 
     def _seed(self) -> None:
-        for name in os.listdir("/proc"):
-            if not name.isdigit():
-                continue
-            pid = int(name)
+        for pid in psutil.pids():
             read_ns = time.monotonic_ns()
             info = read_proc(pid)
             if info is None:

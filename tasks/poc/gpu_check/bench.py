@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.data import settings_bare
+from tasks.data.events import Ev
 from tasks.data.gpu_capability import Capability
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer
@@ -80,7 +81,7 @@ class Bench:
         """The newest ``gpu_phases`` of ``trial`` for ``step`` (dump | restore)."""
         found = [
             e.detail["phases"]
-            for e in self.recorder.events(event="gpu_phases")
+            for e in self.recorder.events(event=Ev.GPU_PHASES)
             if e.trial_id == trial and e.detail.get("step") == step
         ]
         return dict(found[-1]) if found else {}

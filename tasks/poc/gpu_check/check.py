@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.data import settings_bare
+from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.fingerprint import collect_gpu_metadata
 from tasks.data.gpu_capability import read_capability
 from tasks.engine.gpu.driver import CudaDriver, ToggleUnavailable
@@ -144,8 +145,8 @@ def _summary(
     bench: Bench, args: argparse.Namespace, started: float, criu: str, stopped: str | None
 ) -> dict[str, Any]:
     rows = bench.rows
-    a = _median(rows, "overhead", arm="unmanaged")
-    b = _median(rows, "overhead", arm="managed")
+    a = _median(rows, "overhead", arm=UNMANAGED)
+    b = _median(rows, "overhead", arm=MANAGED)
     summary = {
         "at": dt.datetime.now(dt.UTC).isoformat(),
         "host": platform.node(),

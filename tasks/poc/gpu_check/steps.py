@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.gpu_capability import process_gpu_bytes
 from tasks.engine.checkpointers.criu import Checkpoint, CriuError
 from tasks.engine.gpu.driver import CudaDriverError
@@ -115,7 +116,7 @@ def train_restore(bench: Bench, steps: int, whole: dict[int, str]) -> Path | Non
     """The training job dumped (a fault's dump: it ends) and restored through CRIU and the
     toggle; its losses against the uninterrupted run's. Returns the checkpoint's folder."""
     gpu = bench.checkpointer("train")
-    proc = bench.cluster.start(SLOT, "managed", _train_argv(bench, steps, 0.02))
+    proc = bench.cluster.start(SLOT, MANAGED, _train_argv(bench, steps, 0.02))
     try:
         _wait_steps(proc.log, steps // 3)
         gpu_bytes = process_gpu_bytes(proc.pid)
@@ -195,7 +196,7 @@ def cold_start(bench: Bench, size_mb: float, runs: int) -> None:
         )
         cache = drop_page_cache(files).state
         t0 = time.perf_counter()
-        proc = bench.cluster.start(SLOT, "unmanaged", argv, tag=f"native{run}")
+        proc = bench.cluster.start(SLOT, UNMANAGED, argv, tag=f"native{run}")
         ready = wait_ready(port, proc.alive, 600)
         native_s = None if ready is None else time.perf_counter() - t0
         bench.row(
@@ -281,11 +282,11 @@ def overhead(bench: Bench, steps: int, pairs: int) -> None:
     """The managed arm's cost: A B B A pairs of the same training, B with a GPU checkpoint
     (left running) every 5 s; each row the run's seconds per step."""
     for pair in range(pairs):
-        for arm in ("unmanaged", "managed", "managed", "unmanaged"):
+        for arm in (UNMANAGED, MANAGED, MANAGED, UNMANAGED):
             t0 = time.perf_counter()
             proc = bench.cluster.start(SLOT, arm, _train_argv(bench, steps), tag=f"o{pair}")
             dumps = 0
-            gpu = bench.checkpointer("overhead") if arm == "managed" else None
+            gpu = bench.checkpointer("overhead") if arm == MANAGED else None
             while proc.alive():
                 time.sleep(0.2 if gpu is None else 5)
                 if gpu is not None and proc.alive():

@@ -11,6 +11,7 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.data.arms import MANAGED
 from tasks.data.plan import Plan
 from tasks.data.render import records, write_atomically
 from tasks.data.runctx import RunContext
@@ -119,7 +120,7 @@ def gather(
     judged = {
         m: row
         for m in (*VERDICT_MEASURES, "exit_leftovers")
-        if (row := by_key.get((m, "managed")) or by_key.get((m, "both"))) is not None
+        if (row := by_key.get((m, MANAGED)) or by_key.get((m, "both"))) is not None
     }
     verdicts = {
         m: verdict_text(str(judged[m]["verdict"]), judged[m].get("note"))

@@ -10,28 +10,19 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tasks.data.jsonform import JsonForm
+from tasks.data.measures import DECISION_CRITERIA, Evidence, by_decision
 from tasks.data.plan import Plan
 from tasks.experiments.stats import n_to_decide
-from tasks.window.weekly.model import CRITERIA, verdict_text
+from tasks.window.weekly.model import verdict_text
 
 Outcome = Literal["adopt", "reject", "extend", "undecided"]
 
 # Decision criterion → the weekly row that judges it (its managed or both-arm row).
-CRITERION_ROWS: dict[str, str] = {
-    **{crit: measure for measure, (crit, _) in CRITERIA.items()},
-    "exit": "exit_leftovers",
-}
-# Criteria whose `needs N, has M` note is an estimate at the measured rate, not a plan minimum.
-ESTIMATED_NEEDS = ("restore_success_rate",)
-# Criterion → (the stage that gives it evidence, what one more unit of evidence is).
-EVIDENCE: dict[str, tuple[str, str]] = {
-    "recovery_time_s": ("recovery", "ok recovery trials per fault and arm"),
-    "work_lost_gpu_h": ("recovery", "ok recovery trials per fault and arm"),
-    "utilization_gain": ("window", "weeks with both arms"),
-    "overhead_pct": ("overhead", "steady pairs"),
-    "cold_start_speedup": ("cold_start", "starts per arm"),
-    "restore_success_rate": ("compatibility", "restores"),
-    "exit": ("exit_diff", "exit diffs of every test node"),
+CRITERION_ROWS: dict[str, str] = {c: by_decision(c).name for c in DECISION_CRITERIA}
+# Criterion → the stage that gives it evidence, what one more unit of it is, and whether a
+# `needs N, has M` note on its row is an estimate at the measured rate, not a plan minimum.
+EVIDENCE: dict[str, Evidence] = {
+    c: e for c in DECISION_CRITERIA if (e := by_decision(c).evidence) is not None
 }
 
 
@@ -72,7 +63,8 @@ def _needs(note: str) -> tuple[int, int] | None:
 
 
 def _settle(criterion: str, row: Mapping[str, Any] | None) -> OpenCriterion:
-    stage, unit = EVIDENCE[criterion]
+    evidence = EVIDENCE[criterion]
+    stage, unit, estimated = evidence.stage, evidence.unit, evidence.estimated
     if row is None or row["verdict"] == "no data":
         return OpenCriterion(
             criterion, "no data", f"no evidence yet: run the `{stage}` stage", "not run"
@@ -90,10 +82,10 @@ def _settle(criterion: str, row: Mapping[str, Any] | None) -> OpenCriterion:
             criterion,
             text,
             f"{n_need - n_has} more {unit} (has {n_has} of the {n_need} the plan asks for)"
-            if criterion not in ESTIMATED_NEEDS
+            if not estimated
             else f"about {n_need} {unit} in all ({n_need - n_has} more), an estimate: at the "
             "measured rate the Wilson interval narrows until it clears the threshold",
-            "plan minimum" if criterion not in ESTIMATED_NEEDS else "estimate",
+            "plan minimum" if not estimated else "estimate",
             {"needs": n_need, "has": n_has},
         )
     lo, hi, value, n = row.get("ci_low"), row.get("ci_high"), row.get("value"), int(row["n"])

@@ -11,10 +11,22 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.datasets import EXIT_DIFF
+from tasks.data.arms import MANAGED, UNMANAGED
+from tasks.data.dataset_versions import versions_lines
+from tasks.data.datasets import EVENTS, EXIT_DIFF, UTILIZATION
+from tasks.data.measures import (
+    BUSY_FRACTION,
+    COLD_START_NATIVE_S,
+    COLD_START_RESTORE_S,
+    MEASURES,
+    RECOVERY_S,
+    VERDICTS,
+    WORK_LOST_GPU_H,
+)
+from tasks.data.measures import GOODPUT as GOODPUT_MEASURE
 from tasks.data.plan import Plan
 from tasks.data.render import NO_VALUE, ci, css_class, number, records
-from tasks.data.store import read_dataset
+from tasks.data.store import read_dataset, stored_versions
 from tasks.poc.record.decision import Decision
 from tasks.poc.record.document import Doc
 from tasks.poc.record.figures import add_extrapolation_inputs, add_figures
@@ -28,7 +40,7 @@ from tasks.window.weekly.interruptions import TITLE as INTERRUPTIONS
 from tasks.window.weekly.interruptions import interruption_section
 from tasks.window.weekly.mistakes import GateResult
 from tasks.window.weekly.model import TITLES, verdict_text
-from tasks.window.weekly.render import CHANGE_HEADS, change_rows
+from tasks.window.weekly.render import CHANGE_HEADS, VERSIONS_READ, change_rows
 from tasks.window.weekly.restores import (
     CAUSE_HEADS,
     RESTORE_HEADS,
@@ -42,14 +54,7 @@ from tasks.window.weekly.restores import (
 from tasks.window.weekly.rows import weekly_report_rows
 
 # The plan-judged measures, as the record's `verdicts` names them.
-VERDICT_MEASURES = (
-    "recovery_s",
-    "work_lost_gpu_h",
-    "goodput_gain",
-    "overhead_pct",
-    "cold_start_speedup",
-    "restore_success_rate",
-)
+VERDICT_MEASURES = tuple(m.name for m in VERDICTS)
 VERDICT_HEADS = (
     "measure",
     "arm",
@@ -61,18 +66,18 @@ VERDICT_HEADS = (
     "threshold",
     "verdict",
 )
-TITLES_HERE = {
-    **TITLES,
-    "cold_start_native_s": "cold start, native (launch → ready)",
-    "cold_start_restore_s": "cold start, restore (restore start → ready)",
-}
+# Every registered measure's title, the record's cold-start clocks' with them.
+TITLES_HERE = TITLES
 # Measures with a row per arm, shown as one line: (managed measure, unmanaged measure, title).
-PAIRED = (
-    ("recovery_s", "recovery_s", "recovery time"),
-    ("work_lost_gpu_h", "work_lost_gpu_h", "work lost per interruption"),
-    ("goodput", "goodput", "goodput"),
-    ("utilization", "utilization", "busy fraction"),
-    ("cold_start_restore_s", "cold_start_native_s", "cold start (restore vs native)"),
+PAIRED = tuple(
+    (managed.name, unmanaged.name, title)
+    for managed, unmanaged, title in (
+        (RECOVERY_S, RECOVERY_S, RECOVERY_S.title),
+        (WORK_LOST_GPU_H, WORK_LOST_GPU_H, WORK_LOST_GPU_H.title),
+        (GOODPUT_MEASURE, GOODPUT_MEASURE, "goodput"),
+        (BUSY_FRACTION, BUSY_FRACTION, BUSY_FRACTION.title),
+        (COLD_START_RESTORE_S, COLD_START_NATIVE_S, "cold start (restore vs native)"),
+    )
 )
 HISTORY_RESAMPLES = 1_000  # past weeks' CIs in the weeks table only (months of weeks)
 
@@ -133,7 +138,7 @@ def side_by_side(recs: Sequence[Mapping[str, Any]]) -> list[list[str]]:
 
     out = []
     for m_measure, u_measure, title in PAIRED:
-        m, u = by_key.get((m_measure, "managed")), by_key.get((u_measure, "unmanaged"))
+        m, u = by_key.get((m_measure, MANAGED)), by_key.get((u_measure, UNMANAGED))
         if m is None and u is None:
             continue
         n = f"{int(m['n']) if m else 0} / {int(u['n']) if u else 0}"
@@ -233,9 +238,15 @@ def _compatibility(d: Doc, f: Facts) -> None:
 
 
 def _method(d: Doc, f: Facts) -> None:
-    for title, text in method_lines(f.plan, f.frames["trials"], f.frames["utilization"]):
+    for title, text in method_lines(f.plan, f.frames["trials"], f.frames[UTILIZATION.name]):
         d.h(3, title)
         d.p(text)
+    # A PoC outlives upgrades of the product: the versions of each dataset read, events
+    # (read by the utilization stage) from the files' footers.
+    d.h(3, VERSIONS_READ)
+    events = stored_versions(EVENTS, data_dir=f.data_dir, poc=f.plan.poc)
+    for line in [*versions_lines(f.frames), events.line()]:
+        d.p(line)
 
 
 def _measured_and_extrapolated(d: Doc, f: Facts) -> None:
@@ -323,7 +334,7 @@ def _interruptions(d: Doc, f: Facts) -> None:
 def _goodput(d: Doc, f: Facts) -> None:
     """Goodput over every week, the seed's split beside ml-goodput-measurement's, whether
     the figures are final, and the plan's exclusions."""
-    section = goodput_section(f.plan, f.frames["utilization"])
+    section = goodput_section(f.plan, f.frames[UTILIZATION.name])
     d.p(section.status)
     if section.rows:
         d.table(GOODPUT_HEADS, section.rows)
@@ -433,7 +444,7 @@ def _weeks(d: Doc, f: Facts) -> None:
         wrec = {(r["measure"], r["arm"]): r for r in records(wrows)}
         cells = [w]
         for m in VERDICT_MEASURES:
-            r = wrec.get((m, "managed")) or wrec.get((m, "both"))
+            r = wrec.get((m, MANAGED)) or wrec.get((m, "both"))
             cells.append(f"{number(r['value'], r['unit'])} {r['verdict']}" if r else "—")
         history.append(cells)
     d.table(["week", *VERDICT_MEASURES], history)
@@ -448,12 +459,11 @@ def _lineage(d: Doc, f: Facts) -> None:
     for r in f.recs:
         dataset = FIGURE_SOURCES.get(r["measure"], ("trials", None))[0]
         used = files_of(f.files, r["run_ids"], dataset)
-        if r["measure"] == "restore_success_rate":
-            used += files_of(f.files, r["run_ids"], "compatibility")
+        measure = MEASURES.get(r["measure"])
+        for also in measure.also_reads if measure else ():
+            used += files_of(f.files, r["run_ids"], also)
         if r["basis"] == "extrapolated":
             used += files_of(f.files, r["run_ids"], "exposure")
-        if r["measure"] == "exit_leftovers":
-            used += files_of(f.files, r["run_ids"], "exit_diff")
         lineage.append(
             [
                 f"{f.title(r)} ({r['arm']})",

@@ -10,6 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.data.arms import MANAGED, UNMANAGED
+from tasks.data.datasets import UTILIZATION
+from tasks.data.measures import COLD_START_NATIVE_S, COLD_START_RESTORE_S, MEASURES
 from tasks.data.page_cache import judged
 from tasks.data.runs import committed_runs
 from tasks.experiments.stats import bootstrap_ci
@@ -17,27 +20,10 @@ from tasks.window.weekly.model import ok_trials
 from tasks.window.weekly.segments import week_label, weeks_between
 
 # The cold-start clocks, computed here per arm (the weekly rows carry only their ratio).
-COLD_START_CLOCKS = {"unmanaged": "cold_start_native_s", "managed": "cold_start_restore_s"}
+COLD_START_CLOCKS = {UNMANAGED: COLD_START_NATIVE_S, MANAGED: COLD_START_RESTORE_S}
 # The rows of the weekly report each figure comes from: (dataset, trials.measure or None).
 FIGURE_SOURCES: dict[str, tuple[str, str | None]] = {
-    "recovery_s": ("trials", "recovery"),
-    "work_lost_gpu_h": ("trials", "recovery"),
-    "overhead_pct": ("trials", "overhead"),
-    "cold_start_speedup": ("trials", "cold_start"),
-    "cold_start_native_s": ("trials", "cold_start"),
-    "cold_start_restore_s": ("trials", "cold_start"),
-    "checkpoint_dump_s": ("trials", "checkpoint"),
-    "checkpoint_freeze_s": ("trials", "checkpoint"),
-    "goodput": ("utilization", None),
-    "utilization": ("utilization", None),
-    "goodput_gain": ("utilization", None),
-    "checkpoint_interval_s": ("trials", None),
-    "waste_fraction": ("trials", None),
-    "goodput_gain_expected": ("trials", None),
-    "exit_leftovers": ("exit_verdicts", None),
-    # Restores come from trials and compatibility rows: its runs are the latest version's
-    # (build._shown_rows), its files both datasets'.
-    "restore_success_rate": ("trials", None),
+    m.name: (m.dataset, m.trials) for m in MEASURES.values()
 }
 
 
@@ -59,8 +45,8 @@ def data_weeks(frames: Mapping[str, pd.DataFrame]) -> list[str]:
     compat = frames.get("compatibility")
     if compat is not None and len(compat):
         labels |= set(week_col(compat, "started_at"))
-    if len(frames["utilization"]):
-        labels |= set(frames["utilization"]["week"].dropna().astype(str))
+    if len(frames[UTILIZATION.name]):
+        labels |= set(frames[UTILIZATION.name]["week"].dropna().astype(str))
     return weeks_between(min(labels), max(labels)) if labels else []
 
 
@@ -71,21 +57,22 @@ def cold_start_rows(
     plan judges their ratio, the speed-up)."""
     rows = []
     for arm, measure in COLD_START_CLOCKS.items():
-        ready = judged(ok_trials(trials, "cold_start", arm))["ready_s"].dropna().to_numpy(float)
+        mine = judged(ok_trials(trials, measure.trials or "", arm))
+        ready = mine[measure.column].dropna().to_numpy(float)
         ready = ready[ready > 0]
         lo, hi = bootstrap_ci(ready, np.median, n_resamples=n_resamples) if len(ready) else (0, 0)
         rows.append(
             {
                 "week": week,
-                "measure": measure,
+                "measure": measure.name,
                 "arm": arm,
                 "n": len(ready),
                 "value": float(np.median(ready)) if len(ready) else None,
                 "ci_low": float(lo) if len(ready) else None,
                 "ci_high": float(hi) if len(ready) else None,
-                "unit": "s",
-                "method": "median ready_s of ok cold-start trials to date; 95% CI percentile "
-                f"bootstrap, {n_resamples} resamples, seed 0",
+                "unit": measure.unit,
+                "method": f"median {measure.column} of ok cold-start trials to date; 95% CI "
+                f"percentile bootstrap, {n_resamples} resamples, seed 0",
                 "basis": "measured",
                 "inputs": None,
                 "threshold": None,
@@ -109,9 +96,9 @@ def source_rows(
         if trial_measure:
             df = df[df["measure"] == trial_measure]
         df = df[week_col(df, "started_at").reindex(df.index).isin(weeks_to_date)]
-    elif dataset == "utilization":
+    elif dataset == UTILIZATION.name:
         df = df[df["week"].isin(weeks_to_date)]
-    if arm in ("managed", "unmanaged") and "arm" in df.columns:
+    if arm in (MANAGED, UNMANAGED) and "arm" in df.columns:
         df = df[df["arm"] == arm]
     return df
 

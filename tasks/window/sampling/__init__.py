@@ -1,4 +1,4 @@
-"""The long window's samplers (DESIGN §3 `sampler`, issue 11).
+"""The long window's samplers (docs/design.md §3 `sampler`).
 
 Every backend produces rows of the `samples` dataset (tasks.data.datasets.SAMPLES) without the
 run columns (poc, run_id, fingerprint), which the span runner (tasks.window.sampling.span) adds,

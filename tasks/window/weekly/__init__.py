@@ -6,7 +6,7 @@ and statistic), ``measures`` (the measured rows), ``extrapolation`` (Young/Daly,
 expected gain), ``rows`` (a week's rows in report order), ``render`` and ``plots`` (markdown,
 HTML, PNGs) and ``stage`` (paths, reading and writing).
 
-Definitions (DESIGN §4; the report says them too):
+Definitions (docs/design.md §4; the report says them too):
 
 - **Pooling.** Trial-based rows (recovery, work lost, overhead, cold start, checkpoint cost and
   the extrapolations built on them) pool every trial from the start of the week's

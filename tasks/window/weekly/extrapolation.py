@@ -11,6 +11,14 @@ from typing import Any
 import pandas as pd
 
 from tasks.baseline.exposure import EXPOSED_STATES
+from tasks.data.arms import MANAGED, UNMANAGED
+from tasks.data.measures import (
+    CHECKPOINT_INTERVAL_S,
+    GOODPUT_GAIN_EXPECTED,
+    RECOVERY_S,
+    WASTE_FRACTION,
+    WORK_LOST_GPU_H,
+)
 from tasks.window.weekly.model import WeekRows, ok_trials, runs_of
 
 # --- Young / Daly ------------------------------------------------------------------------------
@@ -32,7 +40,7 @@ def daly_interval(delta: float, mtbf: float) -> float:
 
 
 def expected_waste(delta: float, tau: float, rate: float, restart: float) -> float:
-    """First-order waste fraction δ/τ + λ(τ/2 + R) (DESIGN §4); λ per unit of τ's time."""
+    """First-order waste fraction δ/τ + λ(τ/2 + R) (docs/design.md §4); λ per unit of τ's time."""
     if tau <= 0:
         raise ValueError(f"tau must be > 0, got {tau}")
     return delta / tau + rate * (tau / 2 + restart)
@@ -99,17 +107,18 @@ class _Model:
 def _model(c: WeekRows, exposure: pd.DataFrame) -> _Model:
     plan = c.plan
     lam = interruption_rate(exposure, plan.workload.gpus)
-    ckpt = ok_trials(c.trials, "checkpoint", "managed")
+    ckpt = ok_trials(c.trials, "checkpoint", MANAGED)
     freeze, dump = _median(ckpt["freeze_s"]), _median(ckpt["dump_s"])
     delta = freeze if freeze is not None else dump
     n_delta = int(ckpt["freeze_s" if freeze is not None else "dump_s"].notna().sum())
-    rec_m = ok_trials(c.trials, "recovery", "managed")
-    rec_u = ok_trials(c.trials, "recovery", "unmanaged")
-    r_m, r_u = _median(rec_m["recovery_s"]), _median(rec_u["recovery_s"])
+    rec_m = ok_trials(c.trials, "recovery", MANAGED)
+    rec_u = ok_trials(c.trials, "recovery", UNMANAGED)
+    r_m, r_u = _median(rec_m[RECOVERY_S.column]), _median(rec_u[RECOVERY_S.column])
     lost_u = _median(rec_u["work_lost_s"])
     lost_from = "median work_lost_s"
-    if lost_u is None and plan.workload.gpus > 0 and _median(rec_u["work_lost_gpu_h"]) is not None:
-        lost_u = _median(rec_u["work_lost_gpu_h"]) * 3600 / plan.workload.gpus
+    lost_gpu_h = _median(rec_u[WORK_LOST_GPU_H.column])
+    if lost_u is None and plan.workload.gpus > 0 and lost_gpu_h is not None:
+        lost_u = lost_gpu_h * 3600 / plan.workload.gpus
         lost_from = "median work_lost_gpu_h × 3600 / workload GPUs"
     tau_plan = float(plan.checkpointer.interval_s)
     inputs: dict[str, Any] = {
@@ -122,8 +131,8 @@ def _model(c: WeekRows, exposure: pd.DataFrame) -> _Model:
         "L_unmanaged_s": lost_u,
         "L_unmanaged_from": lost_from,
         "recovery_trials": {
-            "managed": len(rec_m),
-            "unmanaged": len(rec_u),
+            MANAGED: len(rec_m),
+            UNMANAGED: len(rec_u),
             "run_ids": runs_of(pd.concat([rec_m, rec_u])),
         },
         "tau_plan_s": tau_plan,
@@ -170,11 +179,10 @@ def _interval_rows(c: WeekRows, m: _Model) -> float | None:
         )
     why = "missing " + ", ".join(m.missing) if m.missing else "no interruption in the baseline"
     c.add(
-        "checkpoint_interval_s",
-        "managed",
+        CHECKPOINT_INTERVAL_S,
+        MANAGED,
         m.n_delta if tau_opt is not None else 0,
         tau_opt,
-        "s",
         "Daly 2006 eq. 37 with δ and M = 1/λ (Young's √(2δM) in inputs)",
         basis="extrapolated",
         inputs=inputs,
@@ -185,11 +193,10 @@ def _interval_rows(c: WeekRows, m: _Model) -> float | None:
     if not m.missing and delta is not None and r_m is not None and rate_s is not None:
         waste_m = expected_waste(delta, m.tau_plan, rate_s, r_m)
     c.add(
-        "waste_fraction",
-        "managed",
+        WASTE_FRACTION,
+        MANAGED,
         m.n_delta if waste_m is not None else 0,
         waste_m,
-        "fraction",
         "δ/τ + λ(τ/2 + R) at the plan's checkpointer.interval_s (first order)",
         basis="extrapolated",
         inputs=inputs,
@@ -225,11 +232,10 @@ def _gain_row(c: WeekRows, m: _Model, waste_m: float | None, measured_gain: floa
             ]
         )
     c.add(
-        "goodput_gain_expected",
+        GOODPUT_GAIN_EXPECTED,
         "both",
         (m.n_recovery + m.n_delta) if gain is not None else 0,
         gain,
-        "fraction",
         "(1 − W_managed) − (1 − W_unmanaged); W_managed = δ/τ + λ(τ/2 + R_managed) at the "
         "plan's interval, W_unmanaged = λ(L_unmanaged + R_unmanaged)",
         basis="extrapolated",

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.plan import Plan
 from tasks.data.render import number
 
@@ -61,7 +62,7 @@ def _cell(value: float | str | None) -> str:
 def reading_rows(util: pd.DataFrame) -> list[list[str]]:
     """Per arm: the seed's split, then the job-span reading, over the rows given."""
     out: list[list[str]] = []
-    for arm in ("managed", "unmanaged"):
+    for arm in (MANAGED, UNMANAGED):
         mine = util[util["arm"] == arm]
         if mine.empty:
             continue
@@ -107,7 +108,7 @@ def exclusion_lines(plan: Plan, util: pd.DataFrame) -> list[str]:
     ]
     removed = [
         f"{arm} {_cell(_sum(util[util['arm'] == arm], 'excluded_gpu_h'))} GPU-h"
-        for arm in ("managed", "unmanaged")
+        for arm in (MANAGED, UNMANAGED)
         if not util[util["arm"] == arm].empty
     ]
     if removed:

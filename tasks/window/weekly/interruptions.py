@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from tasks.data.arms import MANAGED, UNMANAGED
+from tasks.data.measures import WORK_LOST_GPU_H
 from tasks.data.plan import Plan
 from tasks.data.render import number
 from tasks.experiments.deadline import grace_lines
@@ -67,7 +69,7 @@ def loss_rows(trials: pd.DataFrame) -> list[list[str]]:
     rec = trials[(trials["measure"] == "recovery") & (trials["status"] == "ok")]
     rows: list[list[str]] = []
     for (fault, arm), mine in rec.groupby(["fault", "arm"], sort=True):
-        lost = mine["work_lost_gpu_h"].dropna().astype(float)
+        lost = mine[WORK_LOST_GPU_H.column].dropna().astype(float)
         steps = mine["steps_lost"].dropna().astype(float)
         rows.append(
             [
@@ -98,8 +100,8 @@ def against_baseline(exposure: pd.DataFrame, trials: pd.DataFrame) -> str:
             f"{number(ex.preempted_gpu_h)} to preemption"
         )
     arms = []
-    for arm in ("managed", "unmanaged"):
-        lost = rec.loc[rec["arm"] == arm, "work_lost_gpu_h"].dropna().astype(float)
+    for arm in (MANAGED, UNMANAGED):
+        lost = rec.loc[rec["arm"] == arm, WORK_LOST_GPU_H.column].dropna().astype(float)
         if not lost.empty:
             arms.append(f"the {arm} arm {number(float(lost.median()))} GPU-h (n={len(lost)})")
     if arms:

@@ -8,6 +8,20 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.data.arms import MANAGED, UNMANAGED
+from tasks.data.measures import (
+    BUSY_FRACTION,
+    CHECKPOINT_DUMP_S,
+    CHECKPOINT_FREEZE_S,
+    COLD_START_SPEEDUP,
+    EXIT_LEFTOVERS,
+    GOODPUT,
+    GOODPUT_GAIN,
+    GOODPUT_JOB_SPAN,
+    OVERHEAD_PCT,
+    RECOVERY_S,
+    WORK_LOST_GPU_H,
+)
 from tasks.data.page_cache import judged
 from tasks.experiments.stats import compare_paired, compare_speedup
 from tasks.window.weekly.model import WeekRows, ok_trials, runs_of, summarize
@@ -15,20 +29,16 @@ from tasks.window.weekly.segments import week_start
 
 
 def recovery_rows(c: WeekRows) -> None:
-    success = c.plan.success
-    for measure, crit, unit in (
-        ("recovery_s", success.recovery_time_s, "s"),
-        ("work_lost_gpu_h", success.work_lost_gpu_h, "GPU-h"),
-    ):
-        for arm in ("managed", "unmanaged"):
+    for measure in (RECOVERY_S, WORK_LOST_GPU_H):
+        crit = measure.judged_by(c.plan.success)
+        for arm in (MANAGED, UNMANAGED):
             rows = ok_trials(c.trials, "recovery", arm)
-            n, value, lo, hi = summarize(rows[measure], crit.statistic, c.n_resamples)
+            n, value, lo, hi = summarize(rows[measure.column], crit.statistic, c.n_resamples)
             c.add(
                 measure,
                 arm,
                 n,
                 value,
-                unit,
                 f"{crit.statistic} of ok recovery trials (all faults) in segment {c.segment} "
                 f"to date; 95% CI percentile bootstrap, {c.n_resamples} resamples, seed 0",
                 ci=(lo, hi),
@@ -37,16 +47,16 @@ def recovery_rows(c: WeekRows) -> None:
 
 
 def checkpoint_rows(c: WeekRows) -> None:
-    rows = ok_trials(c.trials, "checkpoint", "managed")
-    for measure, col in (("checkpoint_dump_s", "dump_s"), ("checkpoint_freeze_s", "freeze_s")):
-        n, value, lo, hi = summarize(rows[col], "median", c.n_resamples)
+    rows = ok_trials(c.trials, "checkpoint", MANAGED)
+    for measure in (CHECKPOINT_DUMP_S, CHECKPOINT_FREEZE_S):
+        col, statistic = measure.column, measure.statistic or ""
+        n, value, lo, hi = summarize(rows[col], statistic, c.n_resamples)
         c.add(
             measure,
-            "managed",
+            MANAGED,
             n,
             value,
-            "s",
-            f"median {col} of ok CRIU dumps in segment {c.segment} to date; 95% CI "
+            f"{statistic} {col} of ok CRIU dumps in segment {c.segment} to date; 95% CI "
             f"percentile bootstrap",
             ci=(lo, hi),
             run_ids=runs_of(rows),
@@ -60,24 +70,23 @@ def overhead_row(c: WeekRows) -> None:
     wide = rows.pivot_table(
         index=["run_id", "pair"], columns="arm", values="run_s", aggfunc="first", observed=True
     )
-    wide = wide.dropna(subset=[a for a in ("managed", "unmanaged") if a in wide.columns])
+    wide = wide.dropna(subset=[a for a in (MANAGED, UNMANAGED) if a in wide.columns])
     threshold = c.plan.success.overhead_pct.threshold
-    if not ({"managed", "unmanaged"} <= set(wide.columns)) or wide.empty:
-        c.add("overhead_pct", "both", 0, None, "%", "no complete steady pair")
+    if not ({MANAGED, UNMANAGED} <= set(wide.columns)) or wide.empty:
+        c.add(OVERHEAD_PCT, "both", 0, None, "no complete steady pair")
         return
     cmp = compare_paired(
-        wide["managed"].to_numpy(float),
-        wide["unmanaged"].to_numpy(float),
+        wide[MANAGED].to_numpy(float),
+        wide[UNMANAGED].to_numpy(float),
         threshold_pct=threshold,
         n_resamples=c.n_resamples,
     )
     # The overhead stage's verdict (by CI): met, not met, or undecided (CI straddles it).
     c.add(
-        "overhead_pct",
+        OVERHEAD_PCT,
         "both",
         cmp["n"],
         cmp["overhead_pct"],
-        "%",
         f"tasks.experiments.stats.compare_paired over steady pairs in segment {c.segment} to date: "
         f"median (managed/unmanaged run_s − 1)·100, {cmp['ci_method']}; verdict by CI",
         ci=(cmp["ci_low_pct"], cmp["ci_high_pct"]),
@@ -90,11 +99,11 @@ def overhead_row(c: WeekRows) -> None:
 def cold_start_row(c: WeekRows) -> None:
     rows = judged(ok_trials(c.trials, "cold_start"))  # the page cache dropped, never warm
     rows = rows[rows["ready_s"].notna() & (rows["ready_s"] > 0)]
-    native = rows[rows["arm"] == "unmanaged"]["ready_s"].to_numpy(float)
-    restore = rows[rows["arm"] == "managed"]["ready_s"].to_numpy(float)
+    native = rows[rows["arm"] == UNMANAGED]["ready_s"].to_numpy(float)
+    restore = rows[rows["arm"] == MANAGED]["ready_s"].to_numpy(float)
     crit = c.plan.success.cold_start_speedup
     if not len(native) or not len(restore):
-        c.add("cold_start_speedup", "both", 0, None, "×", "no native and restored start")
+        c.add(COLD_START_SPEEDUP, "both", 0, None, "no native and restored start")
         return
     s = compare_speedup(
         native,
@@ -104,11 +113,10 @@ def cold_start_row(c: WeekRows) -> None:
         n_resamples=c.n_resamples,
     )
     c.add(
-        "cold_start_speedup",
+        COLD_START_SPEEDUP,
         "both",
         min(len(native), len(restore)),
         s["speedup"],
-        "×",
         f"tasks.experiments.stats.compare_speedup: {s['statistic']} native ready_s / "
         f"{s['statistic']} "
         f"restore ready_s (n {len(native)} / {len(restore)}), {s['ci_method']}; verdict by CI",
@@ -132,9 +140,9 @@ def _utilization_week(util: pd.DataFrame, week: str, arm: str) -> dict[str, Any]
         "jobs": int(rows["jobs"].sum()),
         "samples": int(rows["samples"].sum()),
         "allocated_gpu_h": alloc,
-        "goodput": float(rows["delivered_gpu_h"].sum()) / alloc,
+        GOODPUT.name: float(rows["delivered_gpu_h"].sum()) / alloc,
         # Rows written before the job-span reading have none: no figure rather than a guess.
-        "goodput_job_span": (
+        GOODPUT_JOB_SPAN.name: (
             float(rows["delivered_gpu_h"].sum()) / span
             if rows["queued_gpu_h"].notna().all()
             else None
@@ -163,12 +171,12 @@ def provisional_note(rows: pd.DataFrame) -> str:
 # The two readings of goodput (tasks/window/chains.py), each with how it is computed.
 GOODPUT_READINGS = (
     (
-        "goodput",
+        GOODPUT,
         "the seed's split: Σ delivered / Σ allocated GPU-h over the week's UTILIZATION rows "
         "(latest per workload); n = attempts",
     ),
     (
-        "goodput_job_span",
+        GOODPUT_JOB_SPAN,
         "ml-goodput-measurement's reading: Σ delivered / Σ (allocated + queued) GPU-h, each "
         "chain's first start to its last end, time in the queue included; n = attempts",
     ),
@@ -176,7 +184,7 @@ GOODPUT_READINGS = (
 
 
 def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> None:
-    for arm in ("managed", "unmanaged"):
+    for arm in (MANAGED, UNMANAGED):
         u = _utilization_week(util, c.week, arm)
         runs = runs_of(u["rows"]) if u else []
         provisional = u["provisional"] if u else ""
@@ -185,32 +193,31 @@ def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> N
                 measure,
                 arm,
                 u["jobs"] if u else 0,
-                u[measure] if u else None,
-                "fraction",
+                u[measure.name] if u else None,
                 method,
                 run_ids=runs,
                 note=provisional,
                 provisional=provisional,
             )
         c.add(
-            "utilization",
+            BUSY_FRACTION,
             arm,
             u["samples"] if u and u["busy"] is not None else 0,
             u["busy"] if u else None,
-            # procfs busy is CPU cores (tasks.window.utilization), never a GPU fraction
-            "cores" if u and "cores" in (u["busy_metric"] or "") else "fraction",
             "busy_fraction weighted by allocated GPU-h over the week's UTILIZATION rows"
             + (f" (metric {u['busy_metric']})" if u and u["busy_metric"] else "")
             + "; n = samples",
+            # procfs busy is CPU cores (tasks.window.utilization), never a GPU fraction
+            unit="cores" if u and "cores" in (u["busy_metric"] or "") else None,
             run_ids=runs,
             provisional=provisional,
         )
     crit = c.plan.success.utilization_gain
     gains, runs, still_open = [], [], []
     for w in seg_weeks:
-        m, un = _utilization_week(util, w, "managed"), _utilization_week(util, w, "unmanaged")
+        m, un = _utilization_week(util, w, MANAGED), _utilization_week(util, w, UNMANAGED)
         if m and un:
-            gains.append(m["goodput"] - un["goodput"])
+            gains.append(m[GOODPUT.name] - un[GOODPUT.name])
             runs += runs_of(m["rows"]) + runs_of(un["rows"])
             still_open += [w] if m["provisional"] or un["provisional"] else []
     n, value, lo, hi = summarize(pd.Series(gains, dtype=float), crit.statistic, c.n_resamples)
@@ -223,11 +230,10 @@ def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> N
             "(success.utilization_gain.min_weeks)"
         )
     c.add(
-        "goodput_gain",
+        GOODPUT_GAIN,
         "both",
         n,
         value,
-        "fraction",
         f"{crit.statistic} over the weeks of segment {c.segment} to date of managed − "
         "unmanaged goodput (of allocated GPU-h); n = weeks with both arms",
         ci=(lo, hi),
@@ -244,17 +250,16 @@ def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> N
 
 def exit_row(c: WeekRows, verdicts: pd.DataFrame) -> None:
     """The way out as tried so far: each node's newest exit diff up to the end of the week
-    (DESIGN §1.8); met only when every node diffed clean."""
+    (docs/design.md §1.8); met only when every node diffed clean."""
     end = week_start(c.week) + pd.Timedelta(days=7)
     done = verdicts[verdicts["diffed_at"] < end].sort_values("diffed_at")
     latest = done.groupby("node", as_index=False).last() if len(done) else done
     dirty = latest[latest["leftovers"] > 0] if len(latest) else latest
     c.add(
-        "exit_leftovers",
+        EXIT_LEFTOVERS,
         "both",
         len(latest),
         float(latest["leftovers"].sum()) if len(latest) else None,
-        "items",
         "the newest exit diff of each node to the end of the week (before_install → "
         "after_uninstall snapshots); n = nodes diffed",
         verdict=None if not len(latest) else ("not met" if len(dirty) else "met"),

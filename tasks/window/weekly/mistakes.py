@@ -1,4 +1,4 @@
-"""The six mistakes (DESIGN §5) as gates that bind the verdicts: one check per mistake, each
+"""The six mistakes (docs/design.md §5) as gates that bind the verdicts: one check per mistake, each
 passed or not, with its reason, the rows it looked at, and the verdicts its failure guards.
 
 Computed once per week's rows: the weekly report judges its verdicts with these results and the
@@ -17,8 +17,17 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from tasks.data.arms import ARMS
+from tasks.data.arms import ARMS, MANAGED, UNMANAGED
+from tasks.data.checks import (
+    ARMS_DIFFER_ONLY_IN_MANAGED,
+    NO_CHECKPOINT_IN_A_STEADY_SPAN,
+    REAL_FAULT_AND_SERVING_AGAIN,
+    SAME_CLOCK,
+    Check,
+    gate_of_trials,
+)
 from tasks.data.jsonform import JsonForm
+from tasks.data.measures import RECOVERY_S, trial_verdicts
 from tasks.data.plan import Plan
 from tasks.experiments.clocks import MEASURE_CLOCKS, clock_problems
 from tasks.window.weekly.model import distinct, ok_trials
@@ -27,11 +36,7 @@ Effect = Literal["blocks", "undecided", "warns"]
 Looked = list[tuple[str, pd.DataFrame]]
 
 # trials.measure → the weekly rows judged on it (the verdicts a gate on that measure guards).
-TRIAL_MEASURE_ROWS: dict[str, tuple[str, ...]] = {
-    "recovery": ("recovery_s", "work_lost_gpu_h"),
-    "overhead": ("overhead_pct",),
-    "cold_start": ("cold_start_speedup",),
-}
+TRIAL_MEASURE_ROWS: dict[str, tuple[str, ...]] = trial_verdicts()
 
 
 @dataclass(frozen=True)
@@ -70,13 +75,18 @@ def _guard(guards: dict[str, str], measure: str, why: str) -> None:
         guards[row] = f"{guards[row]}; {why}" if row in guards else why
 
 
-def _failed_stage_gates(r: _Rows, match: Callable[[str], bool]) -> tuple[pd.DataFrame, dict]:
-    """The gate rows ``match`` selects, and measure → the names of its failed ones."""
-    rows = r.gates[r.gates["expectation"].astype(str).map(match).astype(bool)]
+def _failed_stage_gates(r: _Rows, *checks: Check) -> tuple[pd.DataFrame, dict]:
+    """The gate rows of ``checks`` (the catalogue's), and measure → the names of its failed
+    ones."""
+    ours = r.gates["expectation"].astype(str).map(lambda e: any(c.matches(e) for c in checks))
+    rows = r.gates[ours.astype(bool)]
     failed = rows[rows["success"] == False]  # noqa: E712 (nullable Arrow booleans)
     by_measure: dict[str, list[str]] = {}
-    for measure in TRIAL_MEASURE_ROWS:  # a stage's gate is named after its trial measure
-        names = sorted(set(failed[failed["gate"] == measure]["expectation"].astype(str)))
+    for measure in TRIAL_MEASURE_ROWS:
+        gate = gate_of_trials(measure)  # the gate whose checks judge its trials
+        if gate is None:
+            continue
+        names = sorted(set(failed[failed["gate"] == gate.name]["expectation"].astype(str)))
         if names:
             by_measure[measure] = names
     return rows, by_measure
@@ -88,8 +98,8 @@ def _no_baseline(r: _Rows) -> _Check:
     parts = []
     for m in r.measures:
         managed, unmanaged = (
-            len(ok_trials(r.ok, m, "managed")),
-            len(ok_trials(r.ok, m, "unmanaged")),
+            len(ok_trials(r.ok, m, MANAGED)),
+            len(ok_trials(r.ok, m, UNMANAGED)),
         )
         parts.append(f"{m}: {managed} managed / {unmanaged} unmanaged ok trials")
         if unmanaged == 0:
@@ -103,7 +113,7 @@ def _no_baseline(r: _Rows) -> _Check:
 def _different_clocks(r: _Rows) -> _Check:
     """Every trial on its arm's declared clock (tasks.experiments.clocks), and the stages'
     own same-clock checks held."""
-    grows, failed = _failed_stage_gates(r, lambda e: e == "same_clock_both_arms")
+    grows, failed = _failed_stage_gates(r, SAME_CLOCK)
     guards: dict[str, str] = {}
     parts = []
     for m in r.measures:
@@ -142,9 +152,9 @@ def _synthetic_workload(r: _Rows) -> _Check:
 
 def _no_real_interruption(r: _Rows) -> _Check:
     """A real fault_injected and a measured serving_again per trial."""
-    grows, failed = _failed_stage_gates(r, lambda e: e == "real_fault_and_measured_serving_again")
+    grows, failed = _failed_stage_gates(r, REAL_FAULT_AND_SERVING_AGAIN)
     rec = ok_trials(r.ok, "recovery")
-    unmeasured = int((rec["fault"].isna() | rec["recovery_s"].isna()).sum())
+    unmeasured = int((rec["fault"].isna() | rec[RECOVERY_S.column].isna()).sum())
     why = f"{len(rec)} ok recovery trials, {unmeasured} without fault or recovery_s"
     why += f"; {len(grows)} real-fault gate rows" + (
         ", failed" if failed else ", held" if len(grows) else ""
@@ -200,11 +210,7 @@ def _one_run_per_configuration(r: _Rows) -> _Check:
 def _two_changes_at_once(r: _Rows) -> _Check:
     """The arms differ only in `managed`, and no checkpoint fell inside a steady span."""
     grows, failed = _failed_stage_gates(
-        r,
-        lambda e: (
-            e.startswith("arms_differ_only_in_managed[")
-            or e == "no_checkpoint_inside_a_steady_span"
-        ),
+        r, ARMS_DIFFER_ONLY_IN_MANAGED, NO_CHECKPOINT_IN_A_STEADY_SPAN
     )
     if grows.empty:
         return _Check(False, "not checked: no one-difference gate rows", [("gates", grows)])

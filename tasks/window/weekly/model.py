@@ -1,5 +1,6 @@
-"""One REPORTS row as the measures build it: its columns, the plan criterion and gates that
-judge each measure, the statistic and its bootstrap CI, and the week's row builder."""
+"""One REPORTS row as the measures build it: its columns, its verdict by the plan criterion
+and the gates its measure's declaration names (tasks.data.measures), the statistic and its
+bootstrap CI, and the week's row builder."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.data.arms import MANAGED
+from tasks.data.checks import holds_verdicts
+from tasks.data.measures import MEASURES, Measure
 from tasks.data.plan import Plan
 from tasks.experiments.stats import bootstrap_ci
 from tasks.window.weekly.segments import week_start
@@ -38,50 +42,8 @@ ROW_COLUMNS = (
 # Extra, not persisted: the plan criterion a row answers.
 EXTRA_COLUMNS = ("criterion", "statistic", "at_most")
 
-# Measure → the plan criterion judging it and its direction (True: value ≤ threshold).
-CRITERIA: dict[str, tuple[str, bool]] = {
-    "recovery_s": ("recovery_time_s", True),
-    "work_lost_gpu_h": ("work_lost_gpu_h", True),
-    "goodput_gain": ("utilization_gain", False),
-    "overhead_pct": ("overhead_pct", True),
-    "cold_start_speedup": ("cold_start_speedup", False),
-    # Optional in a plan: unset, the row is info (WeekRows.add finds no criterion).
-    "restore_success_rate": ("restore_success_rate", False),
-}
-# Which gates' failures block a measure's row (gate names as the stages record them).
-MEASURE_GATES: dict[str, tuple[str, ...]] = {
-    "recovery_s": ("recovery",),
-    "work_lost_gpu_h": ("recovery",),
-    "overhead_pct": ("overhead",),
-    "cold_start_speedup": ("cold_start",),
-    "restore_success_rate": ("compatibility", "recovery", "cold_start"),
-    "checkpoint_dump_s": ("overhead", "cold_start", "recovery"),
-    "checkpoint_freeze_s": ("overhead", "cold_start", "recovery"),
-    "goodput": ("utilization",),
-    "goodput_job_span": ("utilization",),
-    "utilization": ("utilization",),
-    "goodput_gain": ("utilization",),
-    "checkpoint_interval_s": ("recovery", "overhead", "cold_start", "baseline"),
-    "waste_fraction": ("recovery", "overhead", "cold_start", "baseline"),
-    "goodput_gain_expected": ("recovery", "overhead", "cold_start", "baseline"),
-}
-TITLES = {
-    "recovery_s": "recovery time",
-    "work_lost_gpu_h": "work lost per interruption",
-    "goodput": "goodput (of allocated GPU-h)",
-    "goodput_job_span": "goodput (of the job span, queue included)",
-    "utilization": "busy fraction",
-    "goodput_gain": "goodput gain (managed − unmanaged)",
-    "overhead_pct": "steady-state overhead",
-    "cold_start_speedup": "cold-start speed-up (native / restore)",
-    "restore_success_rate": "restore success rate (Wilson 95 % lower bound)",
-    "checkpoint_dump_s": "checkpoint dump",
-    "checkpoint_freeze_s": "checkpoint freeze",
-    "checkpoint_interval_s": "optimal checkpoint interval (Daly)",
-    "waste_fraction": "expected waste at the plan's interval",
-    "exit_leftovers": "items left on the nodes after uninstall",
-    "goodput_gain_expected": "expected goodput gain (waste model)",
-}
+# Measure → its title, for the tables (the registry's, keyed by name).
+TITLES = {m.name: m.title for m in MEASURES.values()}
 N_RESAMPLES = 10_000
 
 
@@ -142,13 +104,13 @@ class WeekRows:
 
     def add(
         self,
-        measure: str,
+        measure: Measure,
         arm: str,
         n: int,
         value: float | None,
-        unit: str,
         method: str,
         *,
+        unit: str | None = None,
         ci: tuple[float | None, float | None] = (None, None),
         basis: str = "measured",
         inputs: dict[str, Any] | None = None,
@@ -157,24 +119,27 @@ class WeekRows:
         run_ids: Sequence[str] = (),
         provisional: str = "",
     ) -> dict[str, Any]:
-        """One row judged and appended. ``provisional``: why the figure may still change (a
+        """One row of a registered measure judged and appended; its unit is the registry's
+        unless the row says otherwise. ``provisional``: why the figure may still change (a
         chain in it had not ended): a met or not met verdict on it is undecided instead."""
-        crit_name, at_most = CRITERIA.get(measure, (None, True))
-        crit = getattr(self.plan.success, crit_name) if crit_name else None
-        judged = crit is not None and (arm == "both" or arm == "managed")
+        crit_name = measure.criterion.name if measure.criterion else None
+        at_most = measure.at_most
+        crit = measure.judged_by(self.plan.success)
+        judged = crit is not None and (arm == "both" or arm == MANAGED)
         if n == 0 or value is None:
             verdict = "no data"
         elif verdict is None:
             verdict = compare(value, crit.threshold, at_most) if judged else "info"
+        gates = measure.gate_names
         blocked = [
             {"run_id": r, **c}
             for r in sorted(set(run_ids))
             for c in self.failed_gates.get(r, [])
-            # A run short of `repeats` holds no block: the pooled count decides (undecided).
-            if c["gate"] in MEASURE_GATES.get(measure, ())
-            and not c["expectation"].startswith("repeats[")
+            # A check that holds no verdict (a run short of `repeats`) blocks none: the
+            # pooled count decides (undecided).
+            if c["gate"] in gates and holds_verdicts(c["expectation"])
         ]
-        held = self.held.get(measure, []) if judged else []
+        held = self.held.get(measure.name, []) if judged else []
         if blocked and verdict != "no data":
             verdict = "blocked"
             note = "a gate failed on rows it pools: " + "; ".join(
@@ -192,13 +157,13 @@ class WeekRows:
         row = {
             "week": self.week,
             "week_start": week_start(self.week),
-            "measure": measure,
+            "measure": measure.name,
             "arm": arm,
             "n": int(n),
             "value": value,
             "ci_low": ci[0],
             "ci_high": ci[1],
-            "unit": unit,
+            "unit": measure.unit if unit is None else unit,
             "method": method,
             "basis": basis,
             "inputs": json.dumps(inputs, sort_keys=True, default=str) if inputs else None,

@@ -10,6 +10,17 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from tasks.data.arms import MANAGED, UNMANAGED
+from tasks.data.measures import (
+    BUSY_FRACTION,
+    COLD_START_SPEEDUP,
+    GOODPUT,
+    GOODPUT_GAIN,
+    GOODPUT_GAIN_EXPECTED,
+    OVERHEAD_PCT,
+    RECOVERY_S,
+    WORK_LOST_GPU_H,
+)
 from tasks.data.render import number
 from tasks.window.weekly.model import ok_trials
 from tasks.window.weekly.plots_base import (
@@ -34,19 +45,20 @@ def recovery_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = False) -> Ch
     """Recovery time per fault and arm, every ok recovery trial a point, medians marked,
     the plan's threshold (it judges the managed arm)."""
     title = "Recovery time per fault and arm (every trial)"
-    rec = ok_trials(trials, "recovery").dropna(subset=["recovery_s"])
+    col = RECOVERY_S.column
+    rec = ok_trials(trials, "recovery").dropna(subset=[col])
     if rec.empty:
         return Chart(title, "No ok recovery trial with a recovery time: nothing to draw.")
     faults = rec["fault"].fillna("no fault recorded").astype(str)
     groups = [
-        (f"{fault}/{arm}", arm, rec[(faults == fault) & (rec["arm"] == arm)]["recovery_s"])
+        (f"{fault}/{arm}", arm, rec[(faults == fault) & (rec["arm"] == arm)][col])
         for fault in sorted(faults.unique())
         for arm in ARM_ORDER
     ]
     groups = [(g, a, v.to_numpy(float)) for g, a, v in groups if len(v)]
     fig, (ax,) = new_figure()
     drawn = strip_points(ax, groups, "recovery")
-    thr = threshold_line(ax, report_row(rows, "recovery_s", "managed"))
+    thr = threshold_line(ax, report_row(rows, RECOVERY_S.name, MANAGED))
     ax.set_ylabel("recovery time (s)")
     counts = ", ".join(f"{g} {len(v)}" for g, _, v in groups)
     caption = (
@@ -61,16 +73,15 @@ def recovery_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = False) -> Ch
 def work_lost_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = False) -> Chart:
     """Work lost per interruption per arm, every ok recovery trial a point."""
     title = "Work lost per interruption per arm (every trial)"
-    rec = ok_trials(trials, "recovery").dropna(subset=["work_lost_gpu_h"])
+    col = WORK_LOST_GPU_H.column
+    rec = ok_trials(trials, "recovery").dropna(subset=[col])
     if rec.empty:
         return Chart(title, "No ok recovery trial with work lost recorded: nothing to draw.")
-    groups = [
-        (arm, arm, rec[rec["arm"] == arm]["work_lost_gpu_h"].to_numpy(float)) for arm in ARM_ORDER
-    ]
+    groups = [(arm, arm, rec[rec["arm"] == arm][col].to_numpy(float)) for arm in ARM_ORDER]
     groups = [g for g in groups if len(g[2])]
     fig, (ax,) = new_figure()
     drawn = strip_points(ax, groups, "work-lost")
-    thr = threshold_line(ax, report_row(rows, "work_lost_gpu_h", "managed"))
+    thr = threshold_line(ax, report_row(rows, WORK_LOST_GPU_H.name, MANAGED))
     ax.set_ylabel("work lost (GPU-hours)")
     counts = ", ".join(f"{g} {len(v)}" for g, _, v in groups)
     caption = (
@@ -136,16 +147,16 @@ def goodput_chart(
     if set(ARM_ORDER) <= set(wide.columns):
         both = wide.dropna(subset=list(ARM_ORDER))
         both = both[both.index.isin(list(gain_weeks))]
-        gains = both["managed"] - both["unmanaged"]
-    row = report_row(rows, "goodput_gain", "both")
+        gains = both[MANAGED] - both[UNMANAGED]
+    row = report_row(rows, GOODPUT_GAIN.name, "both")
     if len(gains):
         right.plot(range(len(gains)), gains.to_numpy(float), "o", color="black", gid="gain")
         right.set_xticks(range(len(gains)), list(gains.index), rotation=45, fontsize=7)
         drawn["gain"] = list(gains.to_numpy(float))
     if row and row.get("value") is not None:
-        right.axhline(float(row["value"]), color=COLOURS["managed"], lw=1.5, label="statistic")
+        right.axhline(float(row["value"]), color=COLOURS[MANAGED], lw=1.5, label="statistic")
         if row.get("ci_low") is not None:
-            right.axhspan(row["ci_low"], row["ci_high"], color=COLOURS["managed"], alpha=0.15)
+            right.axhspan(row["ci_low"], row["ci_high"], color=COLOURS[MANAGED], alpha=0.15)
     thr = threshold_line(right, row)
     right.set_ylabel("managed − unmanaged goodput")
     right.set_title("weekly gain (criterion)", fontsize=9)
@@ -177,14 +188,14 @@ def cold_start_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = False) -> 
     cs = cs[cs["ready_s"].notna() & (cs["ready_s"] > 0)]
     if cs.empty:
         return Chart(title, "No ok cold-start trial with a ready time: nothing to draw.")
-    restore = cs[cs["arm"] == "managed"]
-    native = cs[cs["arm"] == "unmanaged"]
+    restore = cs[cs["arm"] == MANAGED]
+    native = cs[cs["arm"] == UNMANAGED]
     size = restore.dropna(subset=["checkpoint_bytes"]).astype({"run_id": str, "trial_id": str})
     size = size.drop_duplicates(["run_id", "trial_id"]).set_index(["run_id", "trial_id"])
     fig, (ax,) = new_figure()
     drawn: dict[str, list[float]] = {}
     counts = []
-    for name, df, arm in (("restore", restore, "managed"), ("native", native, "unmanaged")):
+    for name, df, arm in (("restore", restore, MANAGED), ("native", native, UNMANAGED)):
         if df.empty:
             continue
         keys = pd.MultiIndex.from_frame(df[["run_id", "trial_id"]].astype(str))
@@ -215,7 +226,7 @@ def cold_start_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = False) -> 
     ax.set_xlabel("checkpoint size (MB)")
     ax.set_ylabel("launch or restore start → ready (s)")
     ax.legend(fontsize=7)
-    row = report_row(rows, "cold_start_speedup", "both")
+    row = report_row(rows, COLD_START_SPEEDUP.name, "both")
     speed = (
         f" The speed-up row: {number(row['value'], row['unit'])}, {row['verdict']}."
         if row and row.get("value") is not None
@@ -233,10 +244,11 @@ def cold_start_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = False) -> 
 def overhead_pairs(trials: pd.DataFrame) -> pd.DataFrame:
     """The steady A/B pairs as the overhead row pairs them ((run_id, pair), both arms ok):
     columns run_id, pair, managed, unmanaged, overhead_pct."""
+    pct = OVERHEAD_PCT.name
     rows = ok_trials(trials, "overhead")
     rows = rows[rows["variant"] == "steady"].dropna(subset=["pair", "run_s"])
     if rows.empty:
-        return pd.DataFrame(columns=["run_id", "pair", *ARM_ORDER, "overhead_pct"])
+        return pd.DataFrame(columns=["run_id", "pair", *ARM_ORDER, pct])
     wide = rows.pivot_table(
         index=["run_id", "pair"], columns="arm", values="run_s", aggfunc="first", observed=True
     )
@@ -244,8 +256,8 @@ def overhead_pairs(trials: pd.DataFrame) -> pd.DataFrame:
         if arm not in wide.columns:
             wide[arm] = np.nan
     wide = wide.dropna(subset=list(ARM_ORDER)).reset_index()
-    wide["overhead_pct"] = (wide["managed"] / wide["unmanaged"] - 1) * 100
-    return wide[["run_id", "pair", *ARM_ORDER, "overhead_pct"]]
+    wide[pct] = (wide[MANAGED] / wide[UNMANAGED] - 1) * 100
+    return wide[["run_id", "pair", *ARM_ORDER, pct]]
 
 
 def overhead_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = False) -> Chart:
@@ -257,13 +269,13 @@ def overhead_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = False) -> Ch
         return Chart(title, "No complete steady A/B pair (both arms ok): nothing to draw.")
     fig, (ax,) = new_figure()
     xs = np.arange(1, len(pairs) + 1)
-    ax.plot(xs, pairs["overhead_pct"], "o", color="black", gid="overhead-pairs")
-    row = report_row(rows, "overhead_pct", "both")
+    ax.plot(xs, pairs[OVERHEAD_PCT.name], "o", color="black", gid="overhead-pairs")
+    row = report_row(rows, OVERHEAD_PCT.name, "both")
     if row and row.get("value") is not None:
-        ax.axhline(float(row["value"]), color=COLOURS["managed"], lw=1.5, label="median")
+        ax.axhline(float(row["value"]), color=COLOURS[MANAGED], lw=1.5, label="median")
         if row.get("ci_low") is not None:
             ax.axhspan(
-                row["ci_low"], row["ci_high"], color=COLOURS["managed"], alpha=0.15, label="95% CI"
+                row["ci_low"], row["ci_high"], color=COLOURS[MANAGED], alpha=0.15, label="95% CI"
             )
     thr = threshold_line(ax, row)
     ax.set_xlabel("pair (in run order)")
@@ -279,7 +291,7 @@ def overhead_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = False) -> Ch
         f"{runs_of(pairs)}); line and band: {verdict}" + (f"; {thr}" if thr else "") + "."
     )
     return finish_chart(
-        fig, "overhead", title, caption, {"pairs": list(pairs["overhead_pct"])}, png
+        fig, "overhead", title, caption, {"pairs": list(pairs[OVERHEAD_PCT.name])}, png
     )
 
 
@@ -329,8 +341,8 @@ def _gain_trend(weeks: pd.DataFrame) -> Chart:
     fig, (ax,) = new_figure()
     drawn: dict[str, list[float]] = {}
     labels = sorted(weeks["week"].astype(str).unique()) if len(weeks) else []
-    for measure, label in (("goodput_gain", "measured"), ("goodput_gain_expected", "extrapolated")):
-        s = weeks[weeks["measure"] == measure].dropna(subset=["value"]).sort_values("week")
+    for measure, label in ((GOODPUT_GAIN, "measured"), (GOODPUT_GAIN_EXPECTED, "extrapolated")):
+        s = weeks[weeks["measure"] == measure.name].dropna(subset=["value"]).sort_values("week")
         if not s.empty:
             ax.plot([labels.index(str(w)) for w in s["week"]], s["value"], marker="o", label=label)
             drawn[label] = list(s["value"].astype(float))
@@ -374,20 +386,20 @@ def plots(series: Series, rows: Rows) -> list[Chart]:
     every week's rows, then the weekly trends (busy fraction, overhead, gain vs the model)."""
     weeks = series.weeks
     segment = max((int(r["segment"]) for r in rows), default=0)
-    goodput = weeks[weeks["measure"] == "goodput"][["week", "arm", "value"]]
+    goodput = weeks[weeks["measure"] == GOODPUT.name][["week", "arm", "value"]]
     gain_weeks = sorted(weeks[weeks["segment"] == segment]["week"].astype(str).unique())
     return [
         *shared_charts(series.trials, goodput, gain_weeks, rows),
         _trend_chart(
             weeks,
-            "utilization",
+            BUSY_FRACTION.name,
             ARM_ORDER,
             "Busy per arm per week (GPU: fraction of time; CPU-only: cores)",
             "busy (see the row's unit)",
             rows,
         ),
         _trend_chart(
-            weeks, "overhead_pct", ("both",), "Steady-state overhead per week, 95% CI", "%", rows
+            weeks, OVERHEAD_PCT.name, ("both",), "Steady-state overhead per week, 95% CI", "%", rows
         ),
         _gain_trend(weeks),
     ]

@@ -11,10 +11,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.data.arms import ARMS, MANAGED, UNMANAGED
 from tasks.data.render import ci, figure_png, figure_svg, number
 
-ARM_ORDER = ("managed", "unmanaged")
-COLOURS = {"managed": "#1f77b4", "unmanaged": "#d62728", "both": "#555555"}
+# The figures draw the managed arm first (left, and first in a legend): ARMS reversed.
+ARM_ORDER = tuple(reversed(ARMS))
+COLOURS = {MANAGED: "#1f77b4", UNMANAGED: "#d62728", "both": "#555555"}
 JITTER = 0.12  # half-width of a strip's spread, in category units
 SEED = 0  # the strips' jitter: the same rows draw the same picture
 Rows = Sequence[Mapping[str, Any]]

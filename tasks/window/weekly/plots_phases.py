@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from tasks.data.arms import MANAGED, UNMANAGED
+from tasks.data.measures import RECOVERY_S
 from tasks.window.weekly.model import ok_trials
 from tasks.window.weekly.plots_base import (
     ARM_ORDER,
@@ -38,7 +40,7 @@ def phase_medians(trials: pd.DataFrame) -> dict[str, dict[str, float]]:
     """Median seconds of each phase per (stage, arm): recovery's four parts per arm; cold
     start's on the judged rows (page cache dropped, where a row says)."""
     out: dict[str, dict[str, float]] = {}
-    rec = ok_trials(trials, "recovery").dropna(subset=["recovery_s"])
+    rec = ok_trials(trials, "recovery").dropna(subset=[RECOVERY_S.column])
     for arm in ARM_ORDER:
         mine = rec[rec["arm"] == arm]
         if len(mine):
@@ -49,7 +51,7 @@ def phase_medians(trials: pd.DataFrame) -> dict[str, dict[str, float]]:
     cs = ok_trials(trials, "cold_start").dropna(subset=["ready_s"])
     if "page_cache" in cs and (cs["page_cache"] == "dropped").any():
         cs = cs[cs["page_cache"] == "dropped"]
-    native, restore = cs[cs["arm"] == "unmanaged"], cs[cs["arm"] == "managed"]
+    native, restore = cs[cs["arm"] == UNMANAGED], cs[cs["arm"] == MANAGED]
     if len(native):
         out["cold start/native"] = {"native_s": float(native["ready_s"].median())}
     if len(restore):
@@ -110,7 +112,7 @@ def restore_throughput_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = Fa
     title = "Restore throughput against checkpoint size"
     restores = trials[
         (trials["status"] == "ok")
-        & (trials["arm"] == "managed")
+        & (trials["arm"] == MANAGED)
         & trials["measure"].isin(["cold_start", "recovery"])
     ].dropna(subset=["checkpoint_bytes", "restore_s"])
     restores = restores[restores["restore_s"] > 0]
@@ -124,7 +126,7 @@ def restore_throughput_chart(trials: pd.DataFrame, rows: Rows, *, png: bool = Fa
             continue
         mb = mine["checkpoint_bytes"].to_numpy(float) / 1e6
         gbps = mine["checkpoint_bytes"].to_numpy(float) / mine["restore_s"].to_numpy(float) / 1e9
-        ax.plot(mb, gbps, marker, color=COLOURS["managed"], alpha=0.7, label=f"{measure} restores")
+        ax.plot(mb, gbps, marker, color=COLOURS[MANAGED], alpha=0.7, label=f"{measure} restores")
         drawn[f"{measure}_mb"], drawn[f"{measure}_gbps"] = list(mb), list(gbps)
     raw = restores.dropna(subset=["raw_read_gbps"]) if "raw_read_gbps" in restores else restores[:0]
     if len(raw):

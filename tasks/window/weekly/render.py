@@ -242,6 +242,10 @@ def _change_text(cp: Mapping[str, Any]) -> str:
     )
 
 
+# A PoC outlives upgrades of the product: which version of each dataset the report read.
+VERSIONS_READ = "Datasets read, by version"
+
+
 def weekly_markdown(
     rows: Rows,
     change_points: Sequence[Mapping[str, Any]],
@@ -250,6 +254,7 @@ def weekly_markdown(
     compatibility: CompatSection | None = None,
     interruptions: InterruptionSection | None = None,
     goodput: GoodputSection | None = None,
+    versions: Sequence[str] = (),
 ) -> str:
     recs = records(rows)
     week = recs[0]["week"] if recs else "?"
@@ -297,6 +302,8 @@ def weekly_markdown(
         lines += ["", f"## {GOODPUT}", "", goodput.status, ""]
         lines += markdown_table(GOODPUT_HEADS, goodput.rows) if goodput.rows else []
         lines += [f"- excluded: {x}" for x in goodput.exclusions]
+    if versions:
+        lines += ["", f"## {VERSIONS_READ}", "", *[f"- {v}" for v in versions]]
     if html_path:
         lines += ["", f"The full page (plots): `{html_path}`"]
     return "\n".join(lines)
@@ -324,6 +331,7 @@ def weekly_html(
     compatibility: CompatSection | None = None,
     interruptions: InterruptionSection | None = None,
     goodput: GoodputSection | None = None,
+    versions: Sequence[str] = (),
 ) -> Path:
     """A self-contained page (templates/weekly.html.j2: figures as inline SVG, every text
     escaped), written atomically."""
@@ -361,5 +369,7 @@ def weekly_html(
         goodput=goodput,
         goodput_title=GOODPUT,
         goodput_heads=GOODPUT_HEADS,
+        versions=list(versions),
+        versions_title=VERSIONS_READ,
     )
     return write_atomically(out_path, page.encode("utf-8"))

@@ -28,13 +28,15 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.data.arms import MANAGED
 from tasks.data.fingerprint import bare_version
+from tasks.data.measures import RESTORE_SUCCESS_RATE
 from tasks.data.render import markdown_table
 from tasks.experiments.compatibility_result import wilson
 from tasks.window.weekly.model import WeekRows
 from tasks.window.weekly.segments import week_start
 
-MEASURE = "restore_success_rate"
+MEASURE = RESTORE_SUCCESS_RATE.name  # the name its rows carry
 TRIAL_MEASURES = ("recovery", "cold_start")
 SOURCES = ("compatibility", *TRIAL_MEASURES)
 MAX_RESTORES = 10**9  # beyond this no estimate is given
@@ -70,7 +72,7 @@ def restore_attempts(
     if len(trials) and "restore" in trials.columns:
         t = trials[
             trials["measure"].isin(TRIAL_MEASURES)
-            & (trials["arm"] == "managed")
+            & (trials["arm"] == MANAGED)
             & trials["restore"].isin(["ok", "failed"]).fillna(False)
             & (trials["started_at"] < end)
         ]
@@ -200,7 +202,7 @@ def restore_row(c: WeekRows, versions: Sequence[VersionRestores]) -> None:
         "version; versions never pooled"
     )
     if not versions:
-        c.add(MEASURE, "managed", 0, None, "fraction", method + ": no restore attempted")
+        c.add(RESTORE_SUCCESS_RATE, MANAGED, 0, None, method + ": no restore attempted")
         return
     v = versions[-1]
     lo, hi = v.ci or (None, None)
@@ -223,11 +225,10 @@ def restore_row(c: WeekRows, versions: Sequence[VersionRestores]) -> None:
                 f"{crit.threshold:g}; {note}"
             )
     c.add(
-        MEASURE,
-        "managed",
+        RESTORE_SUCCESS_RATE,
+        MANAGED,
         v.attempted,
         lo,
-        "fraction",
         f"{method} ({v.version})",
         ci=(lo, hi),
         inputs={"versions": [x.to_json() for x in versions]},

@@ -21,6 +21,7 @@ from tasks.data.datasets import (
     UTILIZATION,
     DatasetSpec,
 )
+from tasks.data.measures import GOODPUT_GAIN
 from tasks.data.plan import Plan
 from tasks.data.store import normalise_dtypes, read_dataset
 from tasks.data.weeks import week_labels
@@ -48,13 +49,8 @@ from tasks.window.weekly.segments import segments, week_start
 
 # The frames weekly_report_rows reads, by dataset name; 'samples' is optional (fingerprints).
 INPUTS: dict[str, DatasetSpec] = {
-    "trials": TRIALS,
-    "exposure": EXPOSURE,
-    "gates": GATES,
-    "utilization": UTILIZATION,
-    "sample_gaps": SAMPLE_GAPS,
-    "exit_verdicts": EXIT_VERDICTS,
-    "compatibility": COMPATIBILITY,
+    spec.name: spec
+    for spec in (TRIALS, EXPOSURE, GATES, UTILIZATION, SAMPLE_GAPS, EXIT_VERDICTS, COMPATIBILITY)
 }
 
 
@@ -108,7 +104,7 @@ def _sources(
     frames: Mapping[str, pd.DataFrame], trials: pd.DataFrame, util: pd.DataFrame
 ) -> dict[str, tuple[pd.DataFrame, pd.Series]]:
     sources = {"trials": (trials, week_labels(trials["started_at"]))}
-    sources["utilization"] = (util, util["week"].astype("string"))
+    sources[UTILIZATION.name] = (util, util["week"].astype("string"))
     samples = frames.get("samples")
     if samples is not None and not samples.empty:
         sources["samples"] = (samples, week_labels(samples["t_to"]))
@@ -154,7 +150,7 @@ def week_report(
     (missing ones are empty; 'jobs' needs only job_name)."""
     week_start(week)  # refuse a malformed label early
     trials = _frame(frames, "trials")
-    util = latest_utilization(_frame(frames, "utilization"))
+    util = latest_utilization(_frame(frames, UTILIZATION.name))
     segs = segments(_sources(frames, trials, util), plan.checkpointer.kind, week)
     seg_weeks = segs.weeks_to_date(week)
     pooled = trials[week_labels(trials["started_at"]).isin(seg_weeks).fillna(False).to_numpy()]
@@ -174,7 +170,7 @@ def week_report(
     restore_row(c, versions)
     utilization_rows(c, util, seg_weeks)
     measured_gain = next(
-        (r["value"] for r in c.rows if r["measure"] == "goodput_gain" and r["n"]), None
+        (r["value"] for r in c.rows if r["measure"] == GOODPUT_GAIN.name and r["n"]), None
     )
     extrapolated_rows(c, _frame(frames, "exposure"), measured_gain)
     exit_row(c, _frame(frames, "exit_verdicts"))
@@ -207,7 +203,7 @@ def weekly_series(
     (fewer than the report's: months of weeks would otherwise take minutes); ``rows``, when
     given, stands for ``week`` itself so the plotted week equals its report rows."""
     trials = _frame(frames, "trials")
-    util = latest_utilization(_frame(frames, "utilization"))
+    util = latest_utilization(_frame(frames, UTILIZATION.name))
     segs = segments(_sources(frames, trials, util), plan.checkpointer.kind, week)
     weeks = [
         rows

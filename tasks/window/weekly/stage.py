@@ -10,11 +10,12 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.data.datasets import REPORTS, SAMPLES
+from tasks.data.dataset_versions import versions_lines
+from tasks.data.datasets import EVENTS, REPORTS, SAMPLES
 from tasks.data.plan import Plan
 from tasks.data.render import records
 from tasks.data.runctx import RunContext
-from tasks.data.store import dataset_files, write_dataset
+from tasks.data.store import dataset_files, stored_versions, write_dataset
 from tasks.data.weeks import current_week
 from tasks.window.weekly.goodput import HEADS as GOODPUT_HEADS
 from tasks.window.weekly.measures import sampled_rows
@@ -44,6 +45,13 @@ def sample_summary(
     return weekly_sample_summary(files, weeks=[week])
 
 
+def _versions_read(ctx: RunContext, frames: dict[str, pd.DataFrame]) -> list[str]:
+    """Which version of each dataset the report read (a PoC outlives upgrades of the
+    product); the events, read by the utilization stage, from their files' footers."""
+    events = stored_versions(EVENTS, data_dir=ctx.data_dir, poc=ctx.poc)
+    return [*versions_lines(frames), events.line()]
+
+
 def build_weekly_report(
     plan: Plan, ctx: RunContext, week: str | None = None, dask_client: Any = None
 ) -> dict[str, Any]:
@@ -59,6 +67,7 @@ def build_weekly_report(
     if extra:
         rows = pd.concat([rows, pd.DataFrame(extra, columns=rows.columns)], ignore_index=True)
     series = weekly_series(plan, frames, week, rows)
+    versions = _versions_read(ctx, frames)
     page = weekly_html(
         rows,
         change_points,
@@ -69,6 +78,7 @@ def build_weekly_report(
         compatibility=report.compatibility,
         interruptions=report.interruptions,
         goodput=report.goodput,
+        versions=versions,
     )
     out = rows[list(ROW_COLUMNS)].copy()
     for col, value in ctx.stamp().items():
@@ -106,6 +116,7 @@ def build_weekly_report(
             report.compatibility,
             report.interruptions,
             report.goodput,
+            versions,
         ),
         "goodput": {
             "status": report.goodput.status,

@@ -15,6 +15,7 @@ import time
 from typing import Any, ClassVar
 
 from tasks.data.errors import BlastRadiusError
+from tasks.data.events import Ev
 from tasks.data.plan import Fault, grace_of
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.fault_kind import FINISHED_DURING_NOTICE, FaultKind, NoticeHandler
@@ -44,7 +45,9 @@ class _LocalSignal(FaultKind[LocalCluster, WorkloadProcess]):
     ) -> Event:
         """SIGKILL the workload process, or its whole process group (its session's)."""
         pgid = _own_copy(cluster, proc, self.group)
-        event = recorder.record(trial_id, proc.arm, "fault_injected", fault=self.kind, pid=proc.pid)
+        event = recorder.record(
+            trial_id, proc.arm, Ev.FAULT_INJECTED, fault=self.kind, pid=proc.pid
+        )
         if self.group:
             os.killpg(pgid, LOCAL_SIGNALS[self.kind])
         else:
@@ -110,7 +113,7 @@ class SigtermGrace(FaultKind[LocalCluster, WorkloadProcess]):
     ) -> Event:
         pgid = _own_copy(cluster, proc, group=True)
         event = recorder.record(
-            trial_id, proc.arm, "fault_injected", fault=self.kind, pid=proc.pid, grace_s=grace_s
+            trial_id, proc.arm, Ev.FAULT_INJECTED, fault=self.kind, pid=proc.pid, grace_s=grace_s
         )
         deadline = time.monotonic() + grace_s
         stopped = on_notice(deadline) if on_notice is not None else None
@@ -118,19 +121,19 @@ class SigtermGrace(FaultKind[LocalCluster, WorkloadProcess]):
         if proc.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGTERM)
-            recorder.record(trial_id, proc.arm, "sigterm_sent", pid=proc.pid)
+            recorder.record(trial_id, proc.arm, Ev.SIGTERM_SENT, pid=proc.pid)
             how = "exited on SIGTERM"
         while proc.alive() and time.monotonic() < deadline:
             time.sleep(0.002)
         if proc.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pgid, signal.SIGKILL)
-            recorder.record(trial_id, proc.arm, "sigkill_sent", pid=proc.pid, pgid=pgid)
+            recorder.record(trial_id, proc.arm, Ev.SIGKILL_SENT, pid=proc.pid, pgid=pgid)
             how = "killed at the deadline"
             cluster.wait_gone(proc, timeout=5)
         elif stopped is None and _finished(proc):
             how = FINISHED_DURING_NOTICE  # ran to its end inside the grace period
-        recorder.record(trial_id, proc.arm, "work_stopped", how=how or "ended", pid=proc.pid)
+        recorder.record(trial_id, proc.arm, Ev.WORK_STOPPED, how=how or "ended", pid=proc.pid)
         return event
 
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tasks.data.arms import MANAGED
+from tasks.data.events import Ev
 from tasks.data.plan import Fault, grace_of
 from tasks.engine.checkpointers.base import Checkpointer, managed_checkpointer
 from tasks.engine.checkpointers.criu import CriuError
@@ -57,7 +59,7 @@ class LocalRecovery:
 
     def launch(self, t: TrialCopy) -> None:
         copy = t.handle = _Copy(self.cluster.start(t.node, t.arm, t.argv, tag=t.trial))
-        if t.arm == "managed":
+        if t.arm == MANAGED:
             copy.checkpointer = managed_checkpointer(
                 t.plan,
                 checkpoint_folder(t.plan, t.copy_dir),
@@ -84,7 +86,7 @@ class LocalRecovery:
                 f"the workload survived {t.fault.kind}: pid {proc.pid} still running "
                 f"{t.fault_timeout_s:.0f} s after the fault"
             )
-        detected = rec.record(t.trial, t.arm, "detected", pid=proc.pid)
+        detected = rec.record(t.trial, t.arm, Ev.DETECTED, pid=proc.pid)
         t.row["detect_latency_ms"] = (detected.t_mono_ns - gone_ns) / 1e6
         t.row["fault_outcome"], stopped = _outcome(t.fault, rec, t.trial, t.arm, t.row)
         if t.row["fault_outcome"] == FINISHED_DURING_NOTICE:
@@ -100,7 +102,7 @@ class LocalRecovery:
         copy: _Copy = t.handle
         rec, log = t.recorder, copy.process.log
         assert t.launched is not None
-        started = rec.record(t.trial, t.arm, "started", slot=t.node)
+        started = rec.record(t.trial, t.arm, Ev.STARTED, slot=t.node)
         if copy.checkpointer is not None:
             point = copy.checkpointer.last_complete()
             if point is None:
@@ -110,7 +112,7 @@ class LocalRecovery:
             t.row.update(recoverable_point="checkpoint", checkpoint_bytes=point.image_bytes)
             restore_attempted(t.row)
             copy.checkpointer.restore(self.cluster, t.node, point)
-            restored = rec.events(t.trial, t.arm, "restored")[-1]  # CRIU's restore returned
+            restored = rec.events(t.trial, t.arm, Ev.RESTORED)[-1]  # CRIU's restore returned
             return Comeback(started, restored, recoverable, resume_step)
         app = t.plan.workload.app_checkpoint
         arm_ckpt = NoCheckpointer(
@@ -123,7 +125,7 @@ class LocalRecovery:
             recoverable = progress_event(rec, t.trial, t.arm, resume_step)
         t.row["recoverable_point"] = kind
         new = arm_ckpt.restart(self.cluster, t.node, t.argv, tag=t.trial)
-        restored = rec.record(t.trial, t.arm, "restored", pid=new.pid)  # the fresh process
+        restored = rec.record(t.trial, t.arm, Ev.RESTORED, pid=new.pid)  # the fresh process
         return Comeback(started, restored, recoverable, resume_step)
 
     def finish(self, t: TrialCopy) -> None:
@@ -184,7 +186,7 @@ def _outcome(
     its notice dump's start (a finished one froze it there), else when it was seen gone."""
     if grace_of(fault) is None:
         return "process gone", None
-    gone = rec.events(trial, arm, "work_stopped")[-1]
+    gone = rec.events(trial, arm, Ev.WORK_STOPPED)[-1]
     if row.get("notice_checkpoint") == "finished":
-        return gone.detail["how"], rec.events(trial, arm, "checkpoint_start")[-1]
+        return gone.detail["how"], rec.events(trial, arm, Ev.CHECKPOINT_START)[-1]
     return gone.detail["how"], gone

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tasks.data.arms import UNMANAGED
 from tasks.data.plan import Fault, Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.clock import EventRecorder
@@ -122,7 +123,7 @@ class SlurmBackend(SlurmCluster):
         spec = copy_spec(
             plan,
             TRIAL,
-            "unmanaged",
+            UNMANAGED,
             copy_dir,
             checkpoint=False,
             log=str(log),

@@ -23,6 +23,7 @@ import time
 from typing import Any, ClassVar
 
 from tasks.data.errors import BlastRadiusError
+from tasks.data.events import Ev
 from tasks.data.plan import Fault
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.fault_kind import FaultKind, NoticeHandler, has_notice
@@ -42,7 +43,7 @@ class _SlurmFault(FaultKind[SlurmCluster, SlurmJob]):
         """Deliver the fault to one of this run's jobs (or to its plan node)."""
         cluster.check_job(job)
         detail = {"fault": self.kind, "job_id": job.job_id, "node": job.node}
-        event = recorder.record(trial_id, job.arm, "fault_injected", **detail)
+        event = recorder.record(trial_id, job.arm, Ev.FAULT_INJECTED, **detail)
         self.deliver(cluster, job, trial_id)
         return event
 
@@ -111,7 +112,7 @@ class NodeDown(_SlurmFault):
         if fault.down_s is not None:
             time.sleep(fault.down_s)
             cluster.node_resume(job.node)
-            recorder.record(trial_id, job.arm, "node_returned", node=job.node, down_s=fault.down_s)
+            recorder.record(trial_id, job.arm, Ev.NODE_RETURNED, node=job.node, down_s=fault.down_s)
 
 
 class _SlurmNotice(_SlurmFault):
@@ -155,7 +156,7 @@ class Preempt(_SlurmNotice):
     signal, requeues it GraceTime later and starts the preemptor; `settle` cancels the
     preemptor once it runs, so the requeued job gets the node back."""
 
-    kind, marker = "preempt", "preemptor_submitted"
+    kind, marker = "preempt", Ev.PREEMPTOR_SUBMITTED
 
     def act(self, cluster: SlurmCluster, job: SlurmJob, fault: Fault, trial_id: str) -> None:
         partition = fault.preemptor_partition
@@ -185,7 +186,7 @@ class Preempt(_SlurmNotice):
             recorder.record(
                 trial_id,
                 job.arm,
-                "preemptor_cancelled",
+                Ev.PREEMPTOR_CANCELLED,
                 job_id=pre.job_id,
                 ran=bool(running and running.state == "RUNNING"),
             )
@@ -202,7 +203,7 @@ class Drain(_SlurmNotice):
     waits on a thread of its own: the trial watches the job meanwhile (a copy that requeues
     itself sooner is seen leaving at once, not after the grace)."""
 
-    kind, marker = "drain", "node_drained"
+    kind, marker = "drain", Ev.NODE_DRAINED
     notice_wait_s = 10.0
 
     def __init__(self) -> None:
@@ -256,14 +257,14 @@ class Drain(_SlurmNotice):
             raise errors[0]
         cluster.wait_until(job, lambda s: s not in ("RUNNING", "COMPLETING"), 60)
         cluster.node_resume(job.node)
-        recorder.record(trial_id, job.arm, "node_returned", node=job.node)
+        recorder.record(trial_id, job.arm, Ev.NODE_RETURNED, node=job.node)
 
 
 class TimeLimit(_SlurmFault):
     kind = "time-limit"
     detect_grace_s = TIME_LIMIT_CHECK_S  # Slurm checks time limits about every 30 s
     lands_when_signalled = True
-    marker = "time_limit_set"
+    marker = Ev.TIME_LIMIT_SET
 
     def notice_wait(self, fault: Fault) -> float:
         """The warning lands ``warn_s`` before the (cut) limit, at Slurm's next check."""
@@ -314,7 +315,7 @@ class TimeLimit(_SlurmFault):
         if ended is not None and ended.state not in ("PENDING", "REQUEUED", "CONFIGURING"):
             state = ended.state or _accounted_end(cluster, job)  # read before the requeue
             cluster.requeue(job)
-            recorder.record(trial_id, job.arm, "requeued_by_harness", state=state)
+            recorder.record(trial_id, job.arm, Ev.REQUEUED_BY_HARNESS, state=state)
         cluster.set_time_limit(job, "UNLIMITED")
 
     def inject(
@@ -329,7 +330,7 @@ class TimeLimit(_SlurmFault):
         # wrapper records the SIGTERM when it lands (`signalled`), and the trial takes that
         # as `fault_injected`; this event marks the lapse, and is the fallback.
         time.sleep(max(0.0, started + minutes * 60 - time.time()))
-        return recorder.record(trial_id, job.arm, "time_limit_lapsed", **detail, limit_min=minutes)
+        return recorder.record(trial_id, job.arm, Ev.TIME_LIMIT_LAPSED, **detail, limit_min=minutes)
 
 
 def _accounted_end(cluster: SlurmCluster, job: SlurmJob, timeout: float = 10) -> str:

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tasks.data.events import Ev
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.checkpointers.criu_gpu import GpuCriuCheckpointer, gpu_checkpointer
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
@@ -74,14 +75,14 @@ def _read_the_node(spec: dict[str, Any], recorder: EventRecorder) -> None:
     if spec.get("fingerprint"):
         from tasks.data.fingerprint import collect_fingerprint
 
-        recorder.record(trial, arm, "node_fingerprint", **collect_fingerprint())
+        recorder.record(trial, arm, Ev.NODE_FINGERPRINT, **collect_fingerprint())
     if spec.get("ready_probe"):
         import tasks.engine.ready  # noqa: F401  (loaded here: its import is in no clock)
     if spec.get("page_cache"):
         files = [Path(f) for f in spec.get("cache_files", [])]
         cache = prepare_cache(spec["page_cache"], files)
         recorder.record(
-            trial, arm, "page_cache", state=cache.state, drop=cache.drop, files=cache.files
+            trial, arm, Ev.PAGE_CACHE, state=cache.state, drop=cache.drop, files=cache.files
         )
 
 
@@ -92,7 +93,7 @@ def run(spec: dict[str, Any]) -> int:
     # The job holds its resources from here: the moment `started` marks for recovery.
     restart = restarts()
     recorder.record(
-        trial, arm, "job_started", job_id=os.environ.get("SLURM_JOB_ID"), restarts=restart
+        trial, arm, Ev.JOB_STARTED, job_id=os.environ.get("SLURM_JOB_ID"), restarts=restart
     )
     if restart and spec.get("requeued"):
         spec = resume_spec(spec, recorder)  # a requeued attempt: restore, resume or rerun
@@ -112,13 +113,13 @@ def run(spec: dict[str, Any]) -> int:
         # writes to the log (a node-down job leaves Slurm's queue before its node has
         # signalled it, so this record is the harness's only sign). Then die of the signal.
         name = signal.Signals(signum).name
-        recorder.record(trial, arm, "signalled", signal=name)
+        recorder.record(trial, arm, Ev.SIGNALLED, signal=name)
         if pidfds:
             launcher, workload = pidfds
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(launcher, signal.SIGKILL)
             if select.select([workload], [], [], WORKLOAD_GONE_WAIT_S)[0]:
-                recorder.record(trial, arm, "workload_exited", signal=name)
+                recorder.record(trial, arm, Ev.WORKLOAD_EXITED, signal=name)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
@@ -148,7 +149,7 @@ def run(spec: dict[str, Any]) -> int:
         if on_request is not None:
             on_request.arm_for(criu, proc)
     rc = root.wait()
-    recorder.record(trial, arm, "workload_exited", rc=rc)
+    recorder.record(trial, arm, Ev.WORKLOAD_EXITED, rc=rc)
     if on_request is not None:
         on_request.wait_if_dumping()
     if on_notice is not None:
@@ -174,7 +175,7 @@ def _ask_ready_in_job(
 
     def ask() -> None:
         answer = poll_ready(probe, timeout=float(spec["ready_timeout_s"]), alive=alive)
-        event = "ready" if answer.ready else "ready_failed"
+        event = Ev.READY if answer.ready else Ev.READY_FAILED
         recorder.record_at(
             trial, arm, event, answer.t_mono_ns, probe=probe.describe(), answer=answer.last
         )
@@ -234,14 +235,14 @@ class DumpOnRequest:
     def _dump_when_asked(self) -> None:
         while not self._request.exists() or self._target is None:
             time.sleep(self.POLL_S)
-        self._recorder.record(self._trial, self._arm, "dump_requested")
+        self._recorder.record(self._trial, self._arm, Ev.DUMP_REQUESTED)
         criu, proc = self._target
         self._dumping.set()
         try:
             criu.dump(proc, leave_running=False)
         except CriuError as exc:
             reason = str(exc).splitlines()[0][:500]
-            self._recorder.record(self._trial, self._arm, "dump_failed", reason=reason)
+            self._recorder.record(self._trial, self._arm, Ev.DUMP_FAILED, reason=reason)
         finally:
             self._done.set()
 
@@ -264,7 +265,7 @@ def _start(
         assert criu is not None, "a restore job always checkpoints"
         point = Checkpoint.load(Path(spec["restore_from"]))
         if point is None:
-            recorder.record(trial, arm, "restore_failed", reason="checkpoint is not complete")
+            recorder.record(trial, arm, Ev.RESTORE_FAILED, reason="checkpoint is not complete")
             return 70
         try:
             return criu.restore_attached(point)
@@ -275,7 +276,7 @@ def _start(
     argv = ["unshare", "--pid", "--fork", "--kill-child=SIGKILL", "setsid", *workload]
     root = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=workload_env())
     pid = _ns_init(root)
-    recorder.record(trial, arm, "workload_started", pid=pid)
+    recorder.record(trial, arm, Ev.WORKLOAD_STARTED, pid=pid)
     return root, pid
 
 

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from tasks.data import env_markers, settings_bare
+from tasks.data.events import Ev
 from tasks.engine.clock import EventRecorder
 
 WRAPPER_POC_ENV = env_markers.WRAPPER_POC
@@ -41,14 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     recorder.record(
         spec["trial_id"],
         spec["arm"],
-        "managed_job",
+        Ev.MANAGED_JOB,
         poc=os.environ.get(WRAPPER_POC_ENV, ""),
         opted_in=managed,
         job_id=os.environ.get("SLURM_JOB_ID"),
         criu=settings_bare.criu(),
     )
     if spec["mode"] == "restore" and not managed:
-        recorder.record(spec["trial_id"], spec["arm"], "restore_refused", reason="not opted in")
+        recorder.record(spec["trial_id"], spec["arm"], Ev.RESTORE_REFUSED, reason="not opted in")
         return 72
     from tasks.engine.clusters.slurm.job import (
         run,  # CRIU and the workload machinery, only past the gate

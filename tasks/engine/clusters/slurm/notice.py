@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tasks.data.events import Ev
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.checkpointers.periodic import PeriodicCheckpoints
 from tasks.engine.clock import EventRecorder
@@ -50,7 +51,7 @@ def resume_spec(spec: dict[str, Any], recorder: EventRecorder) -> dict[str, Any]
             recorder.record(
                 trial,
                 arm,
-                "resume_chosen",
+                Ev.RESUME_CHOSEN,
                 kind="checkpoint",
                 index=point.index,
                 held_log_bytes=point.held_log_bytes,
@@ -58,9 +59,9 @@ def resume_spec(spec: dict[str, Any], recorder: EventRecorder) -> dict[str, Any]
             return {**spec, "mode": "restore", "restore_from": str(point.path)}
     app = requeued.get("app_checkpoint")
     if app and Path(app).exists():
-        recorder.record(trial, arm, "resume_chosen", kind="app_checkpoint", path=app)
+        recorder.record(trial, arm, Ev.RESUME_CHOSEN, kind="app_checkpoint", path=app)
         return {**spec, "mode": "run", "argv": requeued["resume_argv"]}
-    recorder.record(trial, arm, "resume_chosen", kind="start")
+    recorder.record(trial, arm, Ev.RESUME_CHOSEN, kind="start")
     return {**spec, "mode": "run"}
 
 
@@ -73,7 +74,7 @@ def requeue_own_job(recorder: EventRecorder, trial: str, arm: str) -> None:
     recorder.record(
         trial,
         arm,
-        "requeue_requested",
+        Ev.REQUEUE_REQUESTED,
         job_id=job_id,
         rc=done.returncode,
         error=done.stderr.strip()[-300:],
@@ -103,7 +104,7 @@ class NoticeCheckpoint:
     def notice(self, signal_name: str) -> None:
         """Called from the signal handler: record, and (managed) start the dump."""
         deadline = time.monotonic() + self.grace_s
-        self.recorder.record(self.trial, self.arm, "notice", signal=signal_name)
+        self.recorder.record(self.trial, self.arm, Ev.NOTICE, signal=signal_name)
         if self.criu is None or self.thread is not None:
             return
         self.thread = threading.Thread(
@@ -124,7 +125,7 @@ class NoticeCheckpoint:
             self.recorder.record(
                 self.trial,
                 self.arm,
-                "notice_checkpoint",
+                Ev.NOTICE_CHECKPOINT,
                 outcome="missed",
                 dump_s=time.monotonic() - t0,
                 error=str(exc).splitlines()[0][:300] if str(exc) else "",
@@ -133,7 +134,7 @@ class NoticeCheckpoint:
             self.recorder.record(
                 self.trial,
                 self.arm,
-                "notice_checkpoint",
+                Ev.NOTICE_CHECKPOINT,
                 outcome="finished",
                 index=point.index,
                 dump_s=point.dump_s,

@@ -8,6 +8,8 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from tasks.data.arms import MANAGED
+from tasks.data.events import Ev
 from tasks.engine.checkpointers.criu import CriuCheckpointer
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.clusters.fault_kind import FaultKind, find_fault
@@ -40,7 +42,7 @@ SIGNAL_RECORD_WAIT_S = 10
 
 def job_spec(t: TrialCopy, **mode: Any) -> dict[str, Any]:
     """A recovery copy's job: the managed arm checkpoints (copies.copy_spec)."""
-    checkpoint = t.arm == "managed"
+    checkpoint = t.arm == MANAGED
     return copy_spec(
         t.plan, t.trial, t.arm, t.copy_dir, checkpoint=checkpoint, log=str(t.log), **mode
     )
@@ -103,7 +105,7 @@ class SlurmRecovery:
                 f"the workload survived {t.fault.kind}: job {job.job_id} still RUNNING "
                 f"{grace:.0f} s after the fault"
             )
-        detected = rec.record(t.trial, t.arm, "detected", job_id=job.job_id, state=ended.state)
+        detected = rec.record(t.trial, t.arm, Ev.DETECTED, job_id=job.job_id, state=ended.state)
         if fault_type.lands_when_signalled:
             fault_ev = _signal_delivery(rec, events, fault_ev, t.fault.kind)
         # The state changed somewhere between the two polls: that window bounds how late
@@ -114,7 +116,7 @@ class SlurmRecovery:
             # the node returns (seen once: resumed at once, the node's kill came ~5 s late
             # and the copy ran and dumped on meanwhile).
             wait_job_event(
-                rec, events, t.trial, t.arm, ("workload_exited",), fault_ev, SIGNAL_RECORD_WAIT_S
+                rec, events, t.trial, t.arm, (Ev.WORKLOAD_EXITED,), fault_ev, SIGNAL_RECORD_WAIT_S
             )
         fault_type.settle(cluster, job, t.fault, rec, t.trial)  # node-down: away down_s
         # The old allocation must be released (its processes gone) before anything reads
@@ -140,7 +142,9 @@ class SlurmRecovery:
             linked_to=job.job_id,
         )
         t.row["recovery_job_id"] = new_job.job_id
-        rec.record(t.trial, t.arm, "recovery_submitted", job_id=new_job.job_id, recovers=job.job_id)
+        rec.record(
+            t.trial, t.arm, Ev.RECOVERY_SUBMITTED, job_id=new_job.job_id, recovers=job.job_id
+        )
         now_running = cluster.wait_until(new_job, lambda s: s == "RUNNING", t.timeout_s)
         if now_running is None:
             state, reason = cluster.observe(new_job)
@@ -148,7 +152,7 @@ class SlurmRecovery:
                 f"recovery job {new_job.job_id} never started within {t.timeout_s:.0f} s "
                 f"(state {state}, reason {reason or 'none'})" + slurm_fault(t).never_back
             )
-        if t.arm == "managed":
+        if t.arm == MANAGED:
             restore_attempted(t.row)  # the recovery job's first act is the restore
         started, restored = back_in_new_job(t, new_job, cut.fault)
         return Comeback(started, restored, recoverable, resume_step or 0)
@@ -170,7 +174,7 @@ class SlurmRecovery:
         start."""
         rec, plan = t.recorder, t.plan
         assert t.launched is not None
-        if t.arm == "managed":
+        if t.arm == MANAGED:
             point = CriuCheckpointer.last_complete_under(checkpoint_folder(t.plan, t.copy_dir))
             if point is None:
                 raise TrialFailed("no complete CRIU checkpoint before the fault")
@@ -196,9 +200,9 @@ def _signal_delivery(rec: EventRecorder, events: Path, lapsed: Event, fault: str
     SIGTERM reached the job (its wrapper recorded it), else the harness's marker (the lapse;
     a job killed without SIGTERM)."""
     landed = wait_job_event(
-        rec, events, lapsed.trial_id, lapsed.arm, ("signalled",), lapsed, SIGNAL_RECORD_WAIT_S
+        rec, events, lapsed.trial_id, lapsed.arm, (Ev.SIGNALLED,), lapsed, SIGNAL_RECORD_WAIT_S
     )
-    return rec.alias(landed or lapsed, "fault_injected", fault=fault)
+    return rec.alias(landed or lapsed, Ev.FAULT_INJECTED, fault=fault)
 
 
 def back_in_new_job(t: TrialCopy, new_job: SlurmJob, fault_ev: Event) -> tuple[Event, Event]:
@@ -207,21 +211,21 @@ def back_in_new_job(t: TrialCopy, new_job: SlurmJob, fault_ev: Event) -> tuple[E
     # `started` is the job's own first moment on the node (its wrapper records it): the
     # squeue poll that saw it RUNNING may come after the restore has begun.
     job_started = wait_job_event(
-        rec, events, t.trial, t.arm, ("job_started",), fault_ev, t.timeout_s
+        rec, events, t.trial, t.arm, (Ev.JOB_STARTED,), fault_ev, t.timeout_s
     )
     if job_started is None:
         raise TrialFailed(f"recovery job {new_job.job_id} ran but never reported starting")
-    started = rec.alias(job_started, "started", job_id=new_job.job_id)
-    names = ("restored", "restore_failed") if t.arm == "managed" else ("workload_started",)
+    started = rec.alias(job_started, Ev.STARTED, job_id=new_job.job_id)
+    names = (Ev.RESTORED, Ev.RESTORE_FAILED) if t.arm == MANAGED else (Ev.WORKLOAD_STARTED,)
     restored = wait_job_event(rec, events, t.trial, t.arm, names, fault_ev, t.timeout_s)
-    if restored is None or restored.event == "restore_failed":
+    if restored is None or restored.event == Ev.RESTORE_FAILED:
         tail = restored.detail.get("log_tail", "") if restored else ""
         raise TrialFailed(
             f"recovery job {new_job.job_id} did not bring the copy back: "
             + (tail.strip().splitlines()[-1] if tail.strip() else "no restore event")
         )
-    if restored.event == "workload_started":  # the unmanaged copy's fresh process
-        restored = rec.alias(restored, "restored", job_id=new_job.job_id)
+    if restored.event == Ev.WORKLOAD_STARTED:  # the unmanaged copy's fresh process
+        restored = rec.alias(restored, Ev.RESTORED, job_id=new_job.job_id)
     return started, restored
 
 
@@ -230,4 +234,4 @@ def stop_and_take_in(cluster: SlurmCluster, t: TrialCopy) -> None:
     left = cluster.stop_all()
     t.recorder.import_jsonl(events_of(t))
     if left:
-        t.recorder.record(t.trial, t.arm, "left_running", job_ids=left)
+        t.recorder.record(t.trial, t.arm, Ev.LEFT_RUNNING, job_ids=left)

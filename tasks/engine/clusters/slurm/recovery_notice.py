@@ -21,6 +21,8 @@ import contextlib
 import time
 from typing import Any
 
+from tasks.data.arms import MANAGED
+from tasks.data.events import Ev
 from tasks.data.plan import Fault, grace_of, warn_of
 from tasks.engine.clock import Event, span_s
 from tasks.engine.clusters.slurm.cluster import SlurmCluster, SlurmError, SlurmJob
@@ -81,20 +83,20 @@ class SlurmNoticeRecovery(SlurmRecovery):
         fault_type = slurm_fault(t)
         marker = fault_type.deliver_fault(cluster, job, t.fault, rec, t.trial, None)
         notice = wait_job_event(
-            rec, events, t.trial, t.arm, ("notice",), marker, fault_type.notice_wait(t.fault)
+            rec, events, t.trial, t.arm, (Ev.NOTICE,), marker, fault_type.notice_wait(t.fault)
         )
         if notice is None:
             raise TrialFailed(f"job {job.job_id} was never told of the {t.fault.kind} (no notice)")
-        fault_ev = rec.alias(notice, "fault_injected", fault=t.fault.kind)
+        fault_ev = rec.alias(notice, Ev.FAULT_INJECTED, fault=t.fault.kind)
         # Slurm ends the attempt at its deadline (GraceTime, the limit), the harness's
         # requeue, or the managed copy's own requeue once dumped.
         wait = t.fault_timeout_s + notice_s(t.fault) + fault_type.detect_grace_s + 30
         ended = cluster.wait_until(job, lambda s: s != "RUNNING", wait)
         if ended is None:
             raise TrialFailed(f"job {job.job_id} still RUNNING {wait:.0f} s after its notice")
-        detected = rec.record(t.trial, t.arm, "detected", job_id=job.job_id, state=ended.state)
+        detected = rec.record(t.trial, t.arm, Ev.DETECTED, job_id=job.job_id, state=ended.state)
         t.row["detect_latency_ms"] = (ended.t_mono_ns - ended.previous_poll_ns) / 1e6
-        gone = wait_job_event(rec, events, t.trial, t.arm, ("workload_exited",), fault_ev, wait)
+        gone = wait_job_event(rec, events, t.trial, t.arm, (Ev.WORKLOAD_EXITED,), fault_ev, wait)
         if gone is None:
             raise TrialFailed(f"job {job.job_id}'s workload never reported its end")
         stopped = _notice_columns(t, fault_ev, gone)
@@ -112,7 +114,7 @@ class SlurmNoticeRecovery(SlurmRecovery):
         started, restored = back_in_new_job(t, job, cut.fault)
         t.row["queued_s"] = max(0.0, span_s(requeued, started))
         chosen = wait_job_event(
-            rec, events, t.trial, t.arm, ("resume_chosen",), cut.fault, t.timeout_s
+            rec, events, t.trial, t.arm, (Ev.RESUME_CHOSEN,), cut.fault, t.timeout_s
         )
         if chosen is None:
             raise TrialFailed(f"the requeued job {job.job_id} never said what it resumed")
@@ -142,8 +144,8 @@ class SlurmNoticeRecovery(SlurmRecovery):
             state, reason = cluster.observe(job)
             raise TrialFailed(f"job {job.job_id} was not requeued (state {state}, reason {reason})")
         if seen.state == "RUNNING":
-            return t.recorder.alias(detected, "requeued", job_id=job.job_id)
-        return t.recorder.record(t.trial, t.arm, "requeued", job_id=job.job_id, state=seen.state)
+            return t.recorder.alias(detected, Ev.REQUEUED, job_id=job.job_id)
+        return t.recorder.record(t.trial, t.arm, Ev.REQUEUED, job_id=job.job_id, state=seen.state)
 
 
 def _notice_spec(t: TrialCopy) -> dict[str, Any]:
@@ -169,11 +171,11 @@ def _notice_columns(t: TrialCopy, fault_ev: Event, gone: Event) -> Event:
     stopped computing: its notice dump's start when that finished (CRIU froze it there),
     else when the workload was gone."""
     rec, row = t.recorder, t.row
-    if t.arm != "managed":
+    if t.arm != MANAGED:
         row["notice_checkpoint"] = "none"
         return gone
     rec.import_jsonl(events_of(t))
-    told = [e for e in rec.events(t.trial, t.arm, "notice_checkpoint") if span_s(fault_ev, e) >= 0]
+    told = [e for e in rec.events(t.trial, t.arm, Ev.NOTICE_CHECKPOINT) if span_s(fault_ev, e) >= 0]
     if not told:
         # Killed before its dump was over (the kill came first): a missed deadline.
         row.update(notice_checkpoint="missed", notice_checkpoint_s=span_s(fault_ev, gone))
@@ -207,7 +209,7 @@ def _fault_outcome(cluster: SlurmCluster, t: TrialCopy) -> str:
     """The first attempt's end in accounting (PREEMPTED, REQUEUED…), or, for a copy the
     harness requeued, the state it saw first (TIMEOUT): accounting rewrites a requeued
     attempt's state to REQUEUED."""
-    by_harness = t.recorder.events(t.trial, t.arm, "requeued_by_harness")
+    by_harness = t.recorder.events(t.trial, t.arm, Ev.REQUEUED_BY_HARNESS)
     if by_harness:
         return str(by_harness[-1].detail["state"])
     return _first_attempt_state(cluster, t.handle)

@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import managed_checkpointer
@@ -71,11 +73,11 @@ def overhead_run_local(
     probe: LogProgressProbe | None = None
     periodic: PeriodicCheckpoints | None = None
     try:
-        rec.record(trial, arm, "launch", slot=slot)
+        rec.record(trial, arm, Ev.LAUNCH, slot=slot)
         proc = slots.start(slot, arm, workload_argv(plan, copy_dir), tag=trial)
         probe = LogProgressProbe(proc.log, plan.workload.progress_probe.log_regex, rec, trial, arm)
         probe.start()
-        if arm == "managed" and variant == "checkpointing":
+        if arm == MANAGED and variant == "checkpointing":
             criu = managed_checkpointer(
                 plan, checkpoint_folder(plan, copy_dir), rec, trial, timeout_s=timeout_s
             )
@@ -89,7 +91,7 @@ def overhead_run_local(
             periodic.stop()
         probe.poll()  # the last lines, written just before exit
         rc = proc.launcher.wait(timeout=10) if proc.launcher else None
-        rec.record(trial, arm, "exited", rc=rc)
+        rec.record(trial, arm, Ev.EXITED, rc=rc)
         if rc:
             raise RunFailed(f"the workload exited {rc}")
         fill_progress_span(row, probe)
@@ -98,7 +100,7 @@ def overhead_run_local(
     except (RunFailed, CriuError, CkptPocError) as exc:
         row.update(status="failed", reason=str(exc).splitlines()[0][:500])
         row[LOG_TAIL] = log_tail(slots.log_path(slot, arm, trial))
-        rec.record(trial, arm, "run_failed", reason=row["reason"])
+        rec.record(trial, arm, Ev.RUN_FAILED, reason=row["reason"])
     finally:
         if periodic:
             periodic.stop()
@@ -109,8 +111,8 @@ def overhead_run_local(
 
 
 COLD_START_INCLUDES = {
-    "unmanaged": "process start, imports and initialisation up to ready",
-    "managed": "criu restore of the ready copy, then up to ready",
+    UNMANAGED: "process start, imports and initialisation up to ready",
+    MANAGED: "criu restore of the ready copy, then up to ready",
 }
 
 
@@ -130,9 +132,7 @@ def cold_start_pair_local(
     trial = cold_start_trial(page_cache, repeat)
     copy_dir = run_folder(ctx) / f"{trial}-copy"
     copy_dir.mkdir(parents=True, exist_ok=True)
-    native = cold_start_row(
-        plan, trial, "unmanaged", repeat, slot, COLD_START_INCLUDES["unmanaged"]
-    )
+    native = cold_start_row(plan, trial, UNMANAGED, repeat, slot, COLD_START_INCLUDES[UNMANAGED])
     restore: dict[str, Any] | None = None
     regex = progress_regex(plan)
     probes: list[LogProgressProbe] = []
@@ -141,20 +141,18 @@ def cold_start_pair_local(
         native.update(cache_columns(prepare_cache(page_cache, cache_files)))
         port = copy_port(plan)  # the restored copy listens on it again
         ready_probe = workload_ready_probe(plan, copy_dir, port)
-        launch = rec.record(trial, "unmanaged", "launch", slot=slot)
+        launch = rec.record(trial, UNMANAGED, Ev.LAUNCH, slot=slot)
         argv = workload_argv(plan, copy_dir, port)
-        proc = slots.start(slot, "unmanaged", argv, tag=trial)  # one log per repeat
-        probe = LogProgressProbe(proc.log, regex, rec, trial, "unmanaged").start()
+        proc = slots.start(slot, UNMANAGED, argv, tag=trial)  # one log per repeat
+        probe = LogProgressProbe(proc.log, regex, rec, trial, UNMANAGED).start()
         probes.append(probe)
         ready = wait_for_ready(
-            ready_probe, probe, rec, trial, "unmanaged",
-            after_offset=-1, timeout_s=timeout_s, alive=proc.alive, who="unmanaged",
+            ready_probe, probe, rec, trial, UNMANAGED,
+            after_offset=-1, timeout_s=timeout_s, alive=proc.alive, who=UNMANAGED,
         )  # fmt: skip
         native.update(status="ok", ready_s=span_s(launch, ready))
 
-        restore = cold_start_row(
-            plan, trial, "managed", repeat, slot, COLD_START_INCLUDES["managed"]
-        )
+        restore = cold_start_row(plan, trial, MANAGED, repeat, slot, COLD_START_INCLUDES[MANAGED])
         criu = managed_checkpointer(
             plan, checkpoint_folder(plan, copy_dir), rec, trial, keep=1, timeout_s=timeout_s
         )
@@ -170,22 +168,22 @@ def cold_start_pair_local(
         # The restored copy writes on into the native copy's log (CRIU restores its file
         # descriptors): only lines past what the native copy wrote count. The probe follows
         # from before the restore, unheld: a first line written as criu returns is timed.
-        probe = LogProgressProbe(proc.log, regex, rec, trial, "managed", from_offset=killed_at)
+        probe = LogProgressProbe(proc.log, regex, rec, trial, MANAGED, from_offset=killed_at)
         probes.append(probe.start())
         with probe.time_exactly():
             new = criu.restore(slots, slot, point)
-            started = rec.events(trial, "managed", "restore_start")[-1]
-            restored = rec.events(trial, "managed", "restored")[-1]
+            started = rec.events(trial, MANAGED, Ev.RESTORE_START)[-1]
+            restored = rec.events(trial, MANAGED, Ev.RESTORED)[-1]
             ready = wait_for_ready(
-                ready_probe, probe, rec, trial, "managed",
-                after_offset=killed_at, timeout_s=timeout_s, alive=new.alive, who="managed",
+                ready_probe, probe, rec, trial, MANAGED,
+                after_offset=killed_at, timeout_s=timeout_s, alive=new.alive, who=MANAGED,
                 restored=restored,
             )  # fmt: skip
         restore.update(restored_numbers(point.image_bytes, started, restored, ready))
         cluster.stop_all()  # the restored copy: the read below is alone on the node
         restore.update(raw_read_numbers(point.path, restore["page_cache"]))
     except (StartFailed, CriuError, CkptPocError) as exc:
-        tail = log_tail(slots.log_path(slot, "unmanaged", trial))  # the restore writes on in it
+        tail = log_tail(slots.log_path(slot, UNMANAGED, trial))  # the restore writes on in it
         fail_starts([native, restore], rec, trial, exc, tail)
     finally:
         for probe in probes:

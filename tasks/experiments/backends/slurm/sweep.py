@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tasks.data.arms import MANAGED
 from tasks.data.fingerprint import collect_fingerprint, tool_version_of
 from tasks.data.plan import Plan, Workload
 from tasks.data.runctx import RunContext
@@ -96,7 +97,7 @@ def _sweep_job(
     result, events, log = job_dir / "sweep.json", job_dir / "job-events.jsonl", job_dir / "job.log"
     spec = {
         "trial_id": f"compat-{w.name}",
-        "arm": "managed",
+        "arm": MANAGED,
         "node": node,
         "workload": w.model_dump(mode="json"),
         "index": index,

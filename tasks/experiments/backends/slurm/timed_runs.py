@@ -26,7 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
+from tasks.data.events import Ev
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.plan import Plan, ReadyProbe
 from tasks.data.runctx import RunContext
@@ -66,10 +68,10 @@ from tasks.experiments.trials import LOG_TAIL
 
 OVERHEAD_INCLUDES = "the progress span of one whole run (a Slurm job, the node exclusive)"
 COLD_START_INCLUDES = {
-    "unmanaged": "the job's first moment on the node (its wrapper's job_started), process "
+    UNMANAGED: "the job's first moment on the node (its wrapper's job_started), process "
     "start, imports and initialisation up to ready; queueing and the wrapper's own start "
     "are outside",
-    "managed": "criu restore of the ready copy in a new job on the node, then up to ready; "
+    MANAGED: "criu restore of the ready copy in a new job on the node, then up to ready; "
     "queueing and the wrapper's own start are outside",
 }
 # How long after its end (or the start's timeout) a job may still append its ready answer.
@@ -80,7 +82,7 @@ NO_PERIODIC_S = 10 * 24 * 3600.0
 
 def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]:
     """The fingerprint the job read on its node (empty: it read none)."""
-    seen = rec.events(trial, arm, "node_fingerprint")
+    seen = rec.events(trial, arm, Ev.NODE_FINGERPRINT)
     if not seen:
         return {}
     return {k: seen[-1].detail[k] for k in FINGERPRINT_COLUMNS if k in seen[-1].detail}
@@ -88,7 +90,7 @@ def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]
 
 def _page_cache(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]:
     """The page cache the job left before its first event (none seen: not_allowed)."""
-    seen = rec.events(trial, arm, "page_cache")
+    seen = rec.events(trial, arm, Ev.PAGE_CACHE)
     if not seen:
         return {"page_cache": "not_allowed", "page_cache_drop": None}
     return {"page_cache": seen[-1].detail["state"], "page_cache_drop": seen[-1].detail.get("drop")}
@@ -128,7 +130,7 @@ def _wait_ready(
             timeout_s=timeout_s, alive=alive, who=who, restored=restored,
         )  # fmt: skip
     assert ready is not None
-    names = ("ready", "ready_failed")
+    names = (Ev.READY, Ev.READY_FAILED)
     deadline = time.monotonic() + timeout_s + READY_GRACE_S
     while (answer := wait_job_event(rec, events, trial, arm, names, None, 0.5)) is None:
         if time.monotonic() > deadline or not alive():
@@ -136,7 +138,7 @@ def _wait_ready(
             break
     if answer is None:
         raise StartFailed(f"the job never said what its ready probe answered ({who})")
-    if answer.event == "ready_failed":
+    if answer.event == Ev.READY_FAILED:
         raise StartFailed(
             f"its ready probe ({ready.describe()}) never said ready ({who}); "
             f"its last answer: {answer.detail.get('answer')}"
@@ -167,10 +169,10 @@ def overhead_run_on_slurm(
     copy_dir = run_folder(ctx) / f"overhead-{trial}-{arm}"  # fresh: nothing to resume
     copy_dir.mkdir(parents=True, exist_ok=True)
     log, events = copy_dir / "workload.log", copy_dir / "job-events.jsonl"
-    dumps = arm == "managed" and variant == "checkpointing"
+    dumps = arm == MANAGED and variant == "checkpointing"
     probe: LogProgressProbe | None = None
     try:
-        rec.record(trial, arm, "launch", node=node)
+        rec.record(trial, arm, Ev.LAUNCH, node=node)
         argv = workload_argv(plan, copy_dir)
         spec = copy_spec(
             plan, trial, arm, copy_dir, checkpoint=dumps, mode="run", argv=argv, fingerprint=True
@@ -183,9 +185,9 @@ def overhead_run_on_slurm(
         probe.start()
         _wait_ended(cluster, job, timeout_s)
         probe.poll()  # the last lines, written just before the end
-        exited = wait_job_event(rec, events, trial, arm, ("workload_exited",), None, 10)
+        exited = wait_job_event(rec, events, trial, arm, (Ev.WORKLOAD_EXITED,), None, 10)
         rc = exited.detail.get("rc") if exited else None
-        rec.record(trial, arm, "exited", rc=rc, job_id=job.job_id)
+        rec.record(trial, arm, Ev.EXITED, rc=rc, job_id=job.job_id)
         if exited is None:
             state = cluster.final_state(job)
             raise RunFailed(f"job {job.job_id} ended {state} before its workload exited")
@@ -198,7 +200,7 @@ def overhead_run_on_slurm(
     except (RunFailed, CriuError, CkptPocError) as exc:
         row.update(status="failed", reason=str(exc).splitlines()[0][:500])
         row[LOG_TAIL] = log_tail(log)
-        rec.record(trial, arm, "run_failed", reason=row["reason"])
+        rec.record(trial, arm, Ev.RUN_FAILED, reason=row["reason"])
     finally:
         if probe:
             probe.stop()
@@ -227,7 +229,7 @@ def cold_start_pair_on_slurm(
     log, events = copy_dir / "workload.log", copy_dir / "job-events.jsonl"
     request = copy_dir / "dump-request"
     includes = COLD_START_INCLUDES
-    native = cold_start_row(plan, trial, "unmanaged", repeat, node, includes["unmanaged"])
+    native = cold_start_row(plan, trial, UNMANAGED, repeat, node, includes[UNMANAGED])
     restore: dict[str, Any] | None = None
     regex = progress_regex(plan)
     port = copy_port(plan)  # the restored copy listens on it again
@@ -249,46 +251,44 @@ def cold_start_pair_on_slurm(
         spec = copy_spec(
             plan,
             trial,
-            "unmanaged",
+            UNMANAGED,
             copy_dir,
             checkpoint=True,
             mode="run",
             argv=argv,
             dump_request=str(request),
-            checkpoint_arm="managed",
+            checkpoint_arm=MANAGED,
             fingerprint=True,
             **common,
         )
-        job = cluster.submit(
-            node, "unmanaged", spec, name=trial, log=log, gpus=gpus, exclusive=True
-        )
+        job = cluster.submit(node, UNMANAGED, spec, name=trial, log=log, gpus=gpus, exclusive=True)
         native["job_id"] = job.job_id
         cluster.wait_started(job, timeout_s)
-        probes.append(probe := LogProgressProbe(log, regex, rec, trial, "unmanaged").start())
-        started = wait_job_event(rec, events, trial, "unmanaged", ("job_started",), None, timeout_s)
+        probes.append(probe := LogProgressProbe(log, regex, rec, trial, UNMANAGED).start())
+        started = wait_job_event(rec, events, trial, UNMANAGED, (Ev.JOB_STARTED,), None, timeout_s)
         if started is None:
             raise StartFailed(f"job {job.job_id} ran but never reported starting")
-        launch = rec.alias(started, "launch", job_id=job.job_id, node=node)
+        launch = rec.alias(started, Ev.LAUNCH, job_id=job.job_id, node=node)
         ready = _wait_ready(
-            ready_probe, probe, rec, events, trial, "unmanaged",
+            ready_probe, probe, rec, events, trial, UNMANAGED,
             after_offset=-1, timeout_s=timeout_s, alive=_alive(cluster, job),
             who=f"unmanaged, job {job.job_id}",
         )  # fmt: skip
         native.update(
             status="ok",
             ready_s=span_s(launch, ready),
-            **_page_cache(rec, trial, "unmanaged"),
-            **node_fingerprint(rec, trial, "unmanaged"),
+            **_page_cache(rec, trial, UNMANAGED),
+            **node_fingerprint(rec, trial, UNMANAGED),
         )
 
-        restore = cold_start_row(plan, trial, "managed", repeat, node, includes["managed"])
+        restore = cold_start_row(plan, trial, MANAGED, repeat, node, includes[MANAGED])
         _write_atomically(request, f"dump the ready copy of job {job.job_id}\n")  # CRIU ends it
         _wait_ended(cluster, job, timeout_s)
         probe.stop()
         rec.import_jsonl(events)
         point = CriuCheckpointer.last_complete_under(checkpoint_folder(plan, copy_dir))
         if point is None:
-            failed = rec.events(trial, "managed", "dump_failed")
+            failed = rec.events(trial, MANAGED, Ev.DUMP_FAILED)
             why = failed[-1].detail.get("reason") if failed else "no complete checkpoint"
             raise StartFailed(f"the ready copy's dump (job {job.job_id}) failed: {why}")
         restore["checkpoint_bytes"] = point.image_bytes
@@ -297,7 +297,7 @@ def cold_start_pair_on_slurm(
         spec = copy_spec(
             plan,
             trial,
-            "managed",
+            MANAGED,
             copy_dir,
             checkpoint=True,
             mode="restore",
@@ -308,30 +308,30 @@ def cold_start_pair_on_slurm(
         # The restored copy writes on into the native copy's log (CRIU restores its file
         # descriptors): only lines past what the native copy wrote count. The probe follows
         # from before the job, unheld: a first line written as the restore ends is timed.
-        probe = LogProgressProbe(log, regex, rec, trial, "managed", from_offset=killed_at)
+        probe = LogProgressProbe(log, regex, rec, trial, MANAGED, from_offset=killed_at)
         probes.append(probe.start())
         with probe.time_exactly():
             new = cluster.submit(
-                node, "managed", spec, name=trial, log=log, gpus=gpus, exclusive=True
+                node, MANAGED, spec, name=trial, log=log, gpus=gpus, exclusive=True
             )
             restore["job_id"] = new.job_id
             cluster.wait_started(new, timeout_s)
-            names = ("restored", "restore_failed")
-            restored = wait_job_event(rec, events, trial, "managed", names, None, timeout_s)
-            if restored is None or restored.event == "restore_failed":
+            names = (Ev.RESTORED, Ev.RESTORE_FAILED)
+            restored = wait_job_event(rec, events, trial, MANAGED, names, None, timeout_s)
+            if restored is None or restored.event == Ev.RESTORE_FAILED:
                 tail = str(restored.detail.get("log_tail", "")) if restored else ""
                 last = tail.strip().splitlines()[-1] if tail.strip() else "no restore event"
                 raise StartFailed(f"restore job {new.job_id} did not bring the copy back: {last}")
-            restore_start = rec.events(trial, "managed", "restore_start")[-1]
+            restore_start = rec.events(trial, MANAGED, Ev.RESTORE_START)[-1]
             ready = _wait_ready(
-                ready_probe, probe, rec, events, trial, "managed",
+                ready_probe, probe, rec, events, trial, MANAGED,
                 after_offset=killed_at, timeout_s=timeout_s, alive=_alive(cluster, new),
                 who=f"managed, job {new.job_id}", restored=restored,
             )  # fmt: skip
         restore.update(
             restored_numbers(point.image_bytes, restore_start, restored, ready),
-            **_page_cache(rec, trial, "managed"),
-            **node_fingerprint(rec, trial, "managed"),
+            **_page_cache(rec, trial, MANAGED),
+            **node_fingerprint(rec, trial, MANAGED),
         )
         cluster.stop_all()  # the restore job: the read below is alone on the node
         restore.update(raw_read_numbers(point.path, restore["page_cache"]))
