@@ -11,10 +11,14 @@ Contenders (every one computes the same exposure numbers from the same file):
   the module functions ``_run_in_memory`` calls, so the GX gate time is reported apart.
 * pandas: ``pd.read_csv(sep='|')``, a per-row Python AllocTRES parser (``Series.apply``),
   drop duplicate captures, groupby state.
-* duckdb: ``read_csv`` and one SQL query.
+* duckdb: ``read_csv`` and one SQL query (read and aggregate: the by-state numbers only).
+* duckdb-equal: DuckDB doing ours' work (bench/baseline_ingest_duckdb.py): every field parsed
+  and checked in SQL, users and accounts pseudonymised, the jobs and exposure (and quarantine
+  and gates) datasets written as parquet in the declared schema, the gate's checks; what it
+  wrote is compared with what ours wrote, column by column.
 * ours-dask: ``run_baseline(..., use_dask=True)`` on a 20 M-row dump (``--skip-20m`` skips it).
 
-The three by-state results must agree (allocations exactly; node/GPU-hours and exposed
+The by-state results must agree (allocations exactly; node/GPU-hours and exposed
 GPU-hours to 1e-6 relative), or the benchmark exits 1. Peak RSS is the child's own
 ``VmHWM`` (the kernel's high-water mark of its address space: not ru_maxrss, which Linux
 carries over from the parent that generated the dump), cross-checked by polling the child's
@@ -42,24 +46,21 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import code_version, run_polled, self_peak_mib, verdict  # noqa: E402
+from baseline_ingest_duckdb import (  # noqa: E402
+    DIFFERENCES,
+    EXPOSED_STATES,
+    child_duckdb_equal,
+    compare_digests,
+    dataset_digest,
+    restated_drift,
+)
+from benchlib import code_version, run_polled, self_peak_mib, tree_cpu_s, verdict  # noqa: E402
 from synth_sacct import cached_dump  # noqa: E402
 
 CACHE = REPO / ".run" / "bench"
 PLAN = REPO / "plans" / "demo.yaml"
 KEY_ENV = "CKPT_POC_PSEUDONYM_KEY"
 BENCH_KEY = "bench-only-key-0123456789abcdef!"  # 32 characters, not a secret
-# tasks.baseline.exposure.EXPOSED_STATES, restated so the pandas and DuckDB children import
-# nothing of ours; the parent asserts the two agree.
-EXPOSED_STATES = (
-    "FAILED",
-    "TIMEOUT",
-    "NODE_FAIL",
-    "PREEMPTED",
-    "OUT_OF_MEMORY",
-    "BOOT_FAIL",
-    "DEADLINE",
-)
 DUPLICATE_KEY = ("Cluster", "JobID", "Submit", "Start", "End", "State")
 REL_TOL = 1e-6
 TARGET_ROWS_PER_S = 1_000_000
@@ -255,10 +256,11 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
 
         profiler = cProfile.Profile()
         profiler.enable()
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), tree_cpu_s()
     with clock.phase("run_baseline (total)"):
         result = tb.run_baseline(plan, ctx, sacct_file=str(path), use_dask=use_dask)
     seconds = time.perf_counter() - t
+    cpu = tree_cpu_s() - cpu
     if profiler is not None:
         import io
         import pstats
@@ -289,8 +291,11 @@ def child_ours(path: Path, use_dask: bool, workdir: Path, profile: bool) -> dict
     written = [p for ps in result.written.values() for p in ps]
     out_bytes = sum(p.stat().st_size for p in written)
     s = result.summary
+    if not isinstance(s, dict):  # a JsonForm (the --json summary's dataclass): its JSON form
+        s = s.to_json()
     return {
         "seconds": seconds,
+        "cpu_s": cpu,
         "import_s": t_import,
         "setup_s": t_setup,
         "hwm_before_mib": hwm_before,
@@ -342,7 +347,7 @@ def child_pandas(path: Path) -> dict[str, Any]:
     import pandas as pd
 
     t_import = time.perf_counter() - t0
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), tree_cpu_s()
     df = pd.read_csv(path, sep="|")
     rows = len(df)
     alloc = df[~df["JobID"].astype(str).str.contains(".", regex=False)]
@@ -363,7 +368,8 @@ def child_pandas(path: Path) -> dict[str, Any]:
         gpu_hours=("gpu_hours", "sum"),
     )
     out = _by_state_result(by_state)
-    return {"seconds": time.perf_counter() - t, "import_s": t_import, "rows": rows, **out}
+    seconds, cpu = time.perf_counter() - t, tree_cpu_s() - cpu
+    return {"seconds": seconds, "cpu_s": cpu, "import_s": t_import, "rows": rows, **out}
 
 
 DUCKDB_SQL = r"""
@@ -418,9 +424,9 @@ def child_duckdb(path: Path, workdir: Path) -> dict[str, Any]:
         {"path": str(path)},
     ).fetchone()[0]
     t_count = time.perf_counter() - t
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), tree_cpu_s()
     res = con.execute(DUCKDB_SQL, {"path": str(path)}).fetchall()
-    seconds = time.perf_counter() - t
+    seconds, cpu = time.perf_counter() - t, tree_cpu_s() - cpu
     # Not part of its seconds: the dump's rows written to parquet (zstd) as well, the one
     # piece of ours' work DuckDB can do as is, for a like-with-like reading of the ratio.
     t = time.perf_counter()
@@ -440,6 +446,7 @@ def child_duckdb(path: Path, workdir: Path) -> dict[str, Any]:
     out = _by_state_result(frame)
     return {
         "seconds": seconds,
+        "cpu_s": cpu,
         "import_s": t_import,
         "count_s": t_count,
         "write_s": write_s,
@@ -453,19 +460,19 @@ def run_child(args: argparse.Namespace) -> int:
     path = Path(args.file)
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        if args.child == "ours":
-            result = child_ours(path, False, workdir, args.profile)
-        elif args.child == "ours-dask":
-            result = child_ours(path, True, workdir, args.profile)
-        elif args.child == "pandas":
-            result = child_pandas(path)
-        elif args.child == "duckdb":
-            result = child_duckdb(path, workdir)
-        else:
-            raise SystemExit(f"unknown contender {args.child}")
-    finally:
-        shutil.rmtree(workdir / "data", ignore_errors=True)
+    # What a contender wrote stays for the parent to compare (spawn removes the folder).
+    if args.child == "ours":
+        result = child_ours(path, False, workdir, args.profile)
+    elif args.child == "ours-dask":
+        result = child_ours(path, True, workdir, args.profile)
+    elif args.child == "pandas":
+        result = child_pandas(path)
+    elif args.child == "duckdb":
+        result = child_duckdb(path, workdir)
+    elif args.child == "duckdb-equal":
+        result = child_duckdb_equal(path, workdir)
+    else:
+        raise SystemExit(f"unknown contender {args.child}")
     result["peak_rss_mib"] = self_peak_mib()
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     result["children_peak_rss_mib"] = children
@@ -508,11 +515,34 @@ def spawn(contender: str, path: Path, profile: bool = False) -> dict[str, Any]:
             f"\nFAIL: contender {contender} exited {returncode}; log {log_file}:\n{tail}"
         )
     result = json.loads(result_file.read_text())
+    if contender in WRITERS:  # what it wrote, read back once its process has ended
+        t = time.perf_counter()
+        result["digest"] = {d: dataset_digest(run_dir / "data", d) for d in COMPARED_DATASETS}
+        result["digest_s"] = time.perf_counter() - t
     shutil.rmtree(run_dir, ignore_errors=True)
     result["process_wall_s"] = wall
     result["polled_tree_peak_mib"] = polled / MIB
     print(f" {result['seconds']:.1f}s", flush=True)
     return result
+
+
+# The contenders that write ours' datasets, and those compared between them.
+WRITERS = ("ours", "duckdb-equal")
+COMPARED_DATASETS = ("jobs", "exposure", "quarantine")
+
+
+def check_equal_work(results: dict[str, dict[str, Any]]) -> list[str]:
+    """What DuckDB's equal work wrote against what ours wrote: the same rows in every
+    column (the quarantine's rebuilt raw text aside), the same chains found."""
+    ours, duck = results["ours"], results["duckdb-equal"]
+    problems = []
+    if ours["chains"] != duck["chains"]:
+        problems.append(f"duckdb-equal: {duck['chains']} chains, ours {ours['chains']}")
+    for name in COMPARED_DATASETS:
+        skip = ("raw",) if name == "quarantine" else ()
+        a, b = ours["digest"][name], duck["digest"][name]
+        problems += [f"duckdb-equal: {p}" for p in compare_digests(a, b, name, REL_TOL, skip)]
+    return problems
 
 
 def _close(a: float, b: float) -> bool:
@@ -547,7 +577,7 @@ def check_agreement(results: dict[str, dict[str, Any]], ref: str = "ours") -> li
     return problems
 
 
-CONTENDERS = ("ours", "pandas", "duckdb")
+CONTENDERS = ("ours", "pandas", "duckdb", "duckdb-equal")
 
 
 def run_rounds(path: Path, rounds: int, profile: bool) -> dict[str, list[dict[str, Any]]]:
@@ -587,7 +617,7 @@ def _fmt_rate(rows: int, secs: float) -> str:
 def print_table(results: dict[str, dict[str, Any]], rows: int) -> None:
     ours = results["ours"]["seconds"]
     head = (
-        f"{'contender':<10} {'seconds':>8} {'rows/s':>11} {'peak RSS MiB':>13} "
+        f"{'contender':<12} {'seconds':>8} {'CPU s':>7} {'rows/s':>11} {'peak RSS MiB':>13} "
         f"{'vs ours':>8} {'process s':>10}"
     )
     print(head)
@@ -595,11 +625,13 @@ def print_table(results: dict[str, dict[str, Any]], rows: int) -> None:
     for name, r in results.items():
         ratio = r["seconds"] / ours if ours else float("nan")
         print(
-            f"{name:<10} {r['seconds']:>8.2f} {_fmt_rate(rows, r['seconds']):>11} "
-            f"{r['peak_rss_mib']:>13,.0f} {ratio:>7.2f}x {r['process_wall_s']:>10.2f}"
+            f"{name:<12} {r['seconds']:>8.2f} {r['cpu_s']:>7.2f} "
+            f"{_fmt_rate(rows, r['seconds']):>11} {r['peak_rss_mib']:>13,.0f} {ratio:>7.2f}x "
+            f"{r['process_wall_s']:>10.2f}"
         )
     print(
         "  seconds: the work alone (from the first read to the result), in a fresh process;\n"
+        "  CPU s: user + system seconds of the same work, threads and worker processes summed.\n"
         "  process s: that process's whole life (interpreter start, imports, plan/context).\n"
         "  vs ours: contender seconds / ours seconds (above 1: slower than ours).\n"
         "  peak RSS: the child's own VmHWM (high-water mark of the whole process)."
@@ -657,6 +689,63 @@ def print_phases(r: dict[str, Any]) -> None:
     )
 
 
+def _peak(r: dict[str, Any]) -> float:
+    """A contender's peak: its own VmHWM or its polled process tree, whichever is higher."""
+    return max(r["peak_rss_mib"], r["polled_tree_peak_mib"])
+
+
+def print_ratios(results: dict[str, dict[str, Any]]) -> None:
+    """Ours against DuckDB twice: doing ours' work, and only reading and aggregating."""
+    ours = results["ours"]
+    print("target ours <= duckdb's seconds (same dump):")
+    for name, what in (
+        (
+            "duckdb-equal",
+            "equal work: parse + check every field, pseudonymise, jobs + exposure "
+            "(+ quarantine, gates) parquet",
+        ),
+        ("duckdb", "read and aggregate: the by-state numbers only, nothing written"),
+    ):
+        r = results[name]
+        print(
+            f"  {what}:\n    ours / {name} = {ours['seconds']:.2f} / {r['seconds']:.2f} s = "
+            f"{ours['seconds'] / r['seconds']:.2f}x -> {verdict(ours['seconds'] <= r['seconds'])}"
+            f" (CPU s {ours['cpu_s']:.1f} / {r['cpu_s']:.1f} = {ours['cpu_s'] / r['cpu_s']:.2f}x)"
+            f"; peak RSS ours {_peak(ours):,.0f} MiB, {name} {_peak(r):,.0f} MiB"
+        )
+    pand = results["pandas"]
+    print(f"  ours / pandas = {ours['seconds'] / pand['seconds']:.2f}x")
+
+
+def print_equal_work(r: dict[str, Any], problems: list[str]) -> None:
+    """DuckDB's equal work by phase, whether it wrote what ours wrote, and what differs."""
+    print(f"duckdb-equal, by phase ({r['threads']} threads; wall s, CPU s):")
+    for name, (wall, cpu) in r["phases"].items():
+        print(f"  {name:<62} {wall:>7.2f} {cpu:>7.2f}")
+    print(
+        f"  (imports {r['import_s']:.2f}s, fingerprint {r['setup_s']:.2f}s before its seconds; "
+        f"wrote {r['files_written']} files, {r['bytes_written'] / MIB:,.0f} MiB; "
+        f"{r['chains']:,} chains; {r['checks']} checks; {r['rows_quarantined']:,} rows "
+        f"quarantined; what both wrote read back in {r['digest_s']:.1f}s, after)"
+    )
+    mine = [p for p in problems if "duckdb-equal" in p]
+    d = r["digest"]
+    print(
+        "  same work, checked: "
+        + (
+            f"jobs {d['jobs']['rows']:,} rows in {d['jobs']['files']} week files, exposure "
+            f"{d['exposure']['rows']} rows, quarantine {d['quarantine']['rows']} rows: every "
+            "column the same as ours' (a hash of every value; floats to 1e-6), the same "
+            "schema, weeks, ranked candidates and chains"
+            if not mine
+            else f"NO, {len(mine)} differences (listed at the end)"
+        )
+    )
+    print("  not the same as ours:")
+    for line in DIFFERENCES:
+        print(f"  - {line}")
+
+
 def _warm(path: Path) -> None:
     """Read the dump once so every contender starts from the page cache."""
     with open(path, "rb") as fh:
@@ -687,7 +776,7 @@ def main(argv: list[str] | None = None) -> int:
         "--rounds",
         type=int,
         default=2,
-        help="rounds of the three contenders, every other one in reverse order (default 2)",
+        help="rounds of the four contenders, every other one in reverse order (default 2)",
     )
     # internal: one contender in this (fresh) process
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -698,11 +787,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         return run_child(args)
 
-    from tasks.baseline.exposure import EXPOSED_STATES as OURS_EXPOSED
-
-    if tuple(OURS_EXPOSED) != EXPOSED_STATES:
+    drift = restated_drift(PLAN)  # EXPOSED_STATES here, the parse rules duckdb-equal restates
+    if drift:
         raise SystemExit(
-            f"FAIL: bench EXPOSED_STATES differ from tasks.baseline.exposure: {OURS_EXPOSED}"
+            "FAIL: the bench's restated rules differ from the product's: " + "; ".join(drift)
         )
 
     import psutil
@@ -722,6 +810,7 @@ def main(argv: list[str] | None = None) -> int:
         f"round {i + 1}: {problem}"
         for i in range(len(runs["ours"]))
         for problem in check_agreement({name: rs[i] for name, rs in runs.items()})
+        + check_equal_work({name: rs[i] for name, rs in runs.items()})
     ]
     print_table(results, args.rows)
     print()
@@ -729,6 +818,8 @@ def main(argv: list[str] | None = None) -> int:
     print_phases(results["ours"])
     if results["ours"].get("profile"):
         print(results["ours"]["profile"])
+    print()
+    print_equal_work(results["duckdb-equal"], problems)
     ours = results["ours"]
     rate = args.rows / ours["seconds"]
     print()
@@ -736,16 +827,12 @@ def main(argv: list[str] | None = None) -> int:
         f"target ours >= {TARGET_ROWS_PER_S:,} rows/s end to end: {rate:,.0f} rows/s "
         f"-> {verdict(rate >= TARGET_ROWS_PER_S)}"
     )
-    duck, pand = results["duckdb"]["seconds"], results["pandas"]["seconds"]
-    print(
-        f"target ours <= duckdb's seconds (same dump; ours with gates and writes): "
-        f"ours / duckdb = {ours['seconds']:.2f} / {duck:.2f} = {ours['seconds'] / duck:.2f}x "
-        f"-> {verdict(ours['seconds'] <= duck)}; ours / pandas = {ours['seconds'] / pand:.2f}x"
-    )
+    print_ratios(results)
     writes = ", ".join(f"{r['write_s']:.2f}" for r in runs["duckdb"])
     print(
-        f"  (not a target) DuckDB writing the dump's rows to parquet (zstd), apart from its "
-        f"seconds: {writes} s; ours writes four datasets within its seconds"
+        f"  (not a target) the read-and-aggregate DuckDB writing the dump's rows to parquet "
+        f"(zstd), apart from its seconds: {writes} s; ours and duckdb-equal write their "
+        f"datasets within theirs"
     )
     # The GX worker (tasks.data.gx_worker) is a second process: the target is the tree's.
     peak = max(ours["peak_rss_mib"], ours["polled_tree_peak_mib"])
@@ -808,8 +895,9 @@ def main(argv: list[str] | None = None) -> int:
     if problems:
         return _fail(problems)
     print(
-        "agreement: ours, pandas and duckdb give the same allocations_by_state, "
-        "node/gpu_hours_by_state and exposed/timeout GPU-hours (rel tol 1e-6)"
+        "agreement: ours, pandas, duckdb and duckdb-equal give the same allocations_by_state, "
+        "node/gpu_hours_by_state and exposed/timeout GPU-hours (rel tol 1e-6); duckdb-equal "
+        "wrote what ours wrote"
         + ("" if args.skip_20m else "; so do ours-dask and duckdb on the Dask dump")
     )
     return 0

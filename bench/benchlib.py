@@ -86,6 +86,21 @@ def tree_rss(proc: Any) -> int:
     return total
 
 
+def tree_cpu_s() -> float:
+    """CPU seconds (user + system) used so far by this process, its reaped children and its
+    live descendants (a worker process a contender started and has not waited for yet)."""
+    import psutil
+
+    me = psutil.Process()
+    t = me.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in me.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            c = child.cpu_times()
+            total += c.user + c.system
+    return total
+
+
 def run_polled(
     cmd: list[str], log_file: Path, env: dict[str, str] | None = None
 ) -> tuple[int, float, int]:
