@@ -349,11 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "paired wall-time overhead (tasks.experiments.stats.compare_paired, "
-        f"n={stats['n']}): median "
-        f"{stats['overhead_pct']:+.2f} %, 95% CI [{stats['ci_low_pct']:+.2f}, "
-        f"{stats['ci_high_pct']:+.2f}] %, p={stats['p_value']:.3g}; {stats['difference']}; "
-        f"vs {threshold:g} %: {stats['verdict']} ({stats['verdict_reason']})"
-        + (f"; MDE {stats['mde_pct']:.2f} %" if stats["mde_pct"] is not None else "")
+        f"n={stats.n}): median "
+        f"{stats.overhead_pct:+.2f} %, 95% CI [{stats.ci_low_pct:+.2f}, "
+        f"{stats.ci_high_pct:+.2f}] %, p={stats.p_value:.3g}; {stats.difference}; "
+        f"vs {threshold:g} %: {stats.verdict} ({stats.verdict_reason})"
+        + (f"; MDE {stats.mde_pct:.2f} %" if stats.mde_pct is not None else "")
     )
     peak = self_peak_mib()
     print(f"harness peak RSS (ru_maxrss of this process): {peak:,.0f} MiB")
@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                 "harness_cpu_pct": primary,
                 "target_pct": TARGET_PCT,
                 "verdict": verdict,
-                "wall_time_stats": stats,
+                "wall_time_stats": stats.to_json(),
                 "harness_peak_rss_mib": peak,
                 "wall_s": wall,
             },

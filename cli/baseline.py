@@ -60,7 +60,7 @@ def baseline_cmd(
             dumped_on,
         )
     if as_json:
-        write_json(result.summary)
+        write_json(result.summary.to_json())
         return
     out.print(exposure_table(result))
     out.print(candidates_table(result))

@@ -99,8 +99,9 @@ def overhead_cmd(
     if as_json:
         write_json(result)
         return
-    _print_lines("Steady-state overhead", overhead_lines(OverheadResult.from_json(result)), result)
-    _print_lines("Checkpoints taken", checkpoint_lines(result["checkpoints"]), None)
+    typed = OverheadResult.from_json(result)
+    _print_lines("Steady-state overhead", overhead_lines(typed), result)
+    _print_lines("Checkpoints taken", checkpoint_lines(typed.checkpoints), None)
 
 
 def cold_start_cmd(

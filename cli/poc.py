@@ -302,8 +302,8 @@ def _demo_undo_install(plan: Path) -> None:
         loaded = load_plan(plan, check_cluster=False)
     except PlanError:  # an invalid plan installed nothing; its problems are said already
         return
-    stages = poc_state(loaded, loaded.data_dir, scheduled=False)["stages"]
-    if stages["install"]["status"] == "done" and stages["uninstall"]["status"] != "done":
+    stages = poc_state(loaded, loaded.data_dir, scheduled=False).stages
+    if stages["install"].status == "done" and stages["uninstall"].status != "done":
         err.print("[yellow]a stage failed after the install: uninstalling[/]")
         _print_demo_verdict(run_uninstall(plan))
 

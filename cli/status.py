@@ -39,9 +39,9 @@ def status_cmd(plan: PlanArg, as_json: StatusJsonOpt = False) -> None:
     from tasks.poc.progress import poc_state
 
     data_dir, poc = _plan_data(plan)
-    summary = status_summary(data_dir, poc)
+    summary = status_summary(data_dir, poc).to_json()
     # Each stage done / due / blocked with why (tasks/poc/progress.py), beside the keys above.
-    state = poc_state(load_plan(plan, check_cluster=False), data_dir)
+    state = poc_state(load_plan(plan, check_cluster=False), data_dir).to_json()
     summary["stages"] = state["stages"]
     summary["progress"] = {k: v for k, v in state.items() if k != "stages"}
     if as_json:

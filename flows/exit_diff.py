@@ -19,7 +19,7 @@ from tasks.exit.exit_diff import leftovers_markdown, summary_line, verdict_line
 @task(name="diff_snapshots", cache_policy=NO_CACHE)
 def diff_task(plan: Plan, plan_path: str, from_phase: str, to_phase: str) -> dict[str, Any]:
     with open_run(plan, plan_path, "exit_diff", commit_refusals=True) as ctx:
-        result = diff_nodes(plan, ctx, from_phase, to_phase)
+        result = diff_nodes(plan, ctx, from_phase, to_phase).to_json()
         # The verdict is in the commit record too: a clean diff writes no exit_diff row.
         ctx.ends_as(f"exit verdict: {verdict_line(result)}")
     return {**result, "run_id": ctx.run_id}

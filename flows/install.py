@@ -55,7 +55,7 @@ def install(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
             open_run(plan, plan_path, "install") as ctx,
             experiment_holding_nodes(plan, ctx, wait_for_nodes),
         ):
-            done = inst.install(plan, ctx)
+            done = inst.install(plan, ctx).to_json()
             snapshot_all(plan, ctx, "after_install")
     create_markdown_artifact(
         key="install-report",
@@ -110,7 +110,7 @@ def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
             experiment_holding_nodes(plan, ctx, wait_for_nodes),
         ):
             try:
-                steps = inst.uninstall(plan, ctx)
+                steps = inst.uninstall(plan, ctx).to_json()
             except CkptPocError as exc:
                 failed = exc  # raised once the run is committed: its snapshot says what is left
             finally:
@@ -121,7 +121,7 @@ def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
         # Its own run (and commit record): one per run id, and this flow run's id is the
         # uninstall's; `poc` reads both stages from their commit records.
         with open_run(plan, plan_path, "exit_diff", run_id=f"{ctx.run_id}-exit-diff") as diff_ctx:
-            diff = exit_diff(plan, diff_ctx, "before_install", "after_uninstall")
+            diff = exit_diff(plan, diff_ctx, "before_install", "after_uninstall").to_json()
             verdict = verdict_line(diff)
             diff_ctx.ends_as(f"exit verdict: {verdict}")
     logger.info("exit verdict: %s", summary_line(diff))

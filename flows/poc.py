@@ -20,7 +20,14 @@ from prefect.artifacts import create_markdown_artifact
 from flows.common import run_name
 from flows.short_window import start_sampler, stop_sampler
 from tasks.data.plan import load_plan
-from tasks.poc.progress import GateRefused, first_not_done, next_stage, poc_state, state_lines
+from tasks.poc.progress import (
+    GateRefused,
+    PocState,
+    first_not_done,
+    next_stage,
+    poc_state,
+    state_lines,
+)
 from tasks.poc.stages import STAGE_NAMES, WINDOW_DEPLOYMENTS, stage
 
 
@@ -78,15 +85,13 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
     result: dict[str, Any] = {"poc": plan.poc, "ran": ran, "skipped": skipped}
     weeks = 1 if short_window else None
 
-    def state_now() -> dict[str, Any]:
+    def state_now() -> PocState:
         return poc_state(plan, plan.data_dir, scheduled=False, window_weeks=weeks)
 
     first = state_now()
     # Done before this run started: skipped (that is what makes a re-run idempotent).
     skipped += [
-        s
-        for s in STAGE_NAMES[1 : STAGE_NAMES.index(stop) + 1]
-        if first["stages"][s]["status"] == "done"
+        s for s in STAGE_NAMES[1 : STAGE_NAMES.index(stop) + 1] if first.stages[s].status == "done"
     ]
     sampler = None
     try:
@@ -103,15 +108,15 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
                     stopped="complete" if first_not_done(state) is None else f"after {stop}"
                 )
                 break
-            entry = state["stages"][name]
+            entry = state.stages[name]
             if not stage(name).flows:  # the window: it runs on its schedules, not inline
                 result.update(stopped="window", window=_start_window())
                 break
-            window_due = state["stages"]["window"]["status"] != "done"
+            window_due = state.stages["window"].status != "done"
             if short_window and sampler is None and stage(name).compares_arms and window_due:
                 logger.info("short window: sampling the test nodes while the arms run")
                 sampler = start_sampler(plan_path)
-            logger.info("stage %s is due (%s): running it", name, entry["why"])
+            logger.info("stage %s is due (%s): running it", name, entry.why)
             outcome = run_stage(name, plan_path)
             ran.append(name)
             if name in ("uninstall", "exit_diff") and isinstance(outcome, dict):
@@ -122,7 +127,7 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
     finally:
         if sampler is not None:
             _stop_short_window(sampler)
-    result["state"] = state_now()
+    result["state"] = state_now().to_json()
     create_markdown_artifact(
         key="poc-progress",
         markdown=f"# PoC {plan.poc}: stopped {result['stopped']}\n\n"

@@ -21,7 +21,7 @@ def build_record_task(plan: Plan, plan_path: str) -> dict[str, Any]:
     # The record writes files, no dataset rows: nothing to commit (its file is its state).
     with open_run(plan, plan_path, "record", commits=False) as ctx:
         result = build_record(plan, ctx)
-    return {"poc": ctx.poc, "run_id": ctx.run_id, **result}
+    return {"poc": ctx.poc, "run_id": ctx.run_id, **result.to_json()}
 
 
 @flow(name="record", flow_run_name=run_name("decision record"))

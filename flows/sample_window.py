@@ -22,7 +22,7 @@ def sample_span(
 ) -> dict[str, Any]:
     # Refused before any row: no trace (open_run); a span ended early commits what it read.
     with open_run(plan, plan_path, STAGE) as ctx:
-        return sample(plan, ctx, span_s=span_s, interval_s=interval_s, node=node)
+        return sample(plan, ctx, span_s=span_s, interval_s=interval_s, node=node).to_json()
 
 
 def sample_markdown(result: dict[str, Any], sampler: str) -> str:

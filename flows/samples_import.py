@@ -33,7 +33,7 @@ def import_samples_task(plan: Plan, plan_path: str, file: str, **options: Any) -
     notes: list[str] = []
     # Refused before writing (a missing column, a node outside the plan): no leftover.
     with open_run(plan, plan_path, "samples_import") as ctx:
-        summary = import_samples(plan, ctx, file, notes=notes, **options)
+        summary = import_samples(plan, ctx, file, notes=notes, **options).to_json()
     return SamplesImported(summary, notes, file, ctx.run_id)
 
 

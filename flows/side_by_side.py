@@ -24,7 +24,7 @@ def run_managed_and_unmanaged(
         open_run(plan, plan_path, "side_by_side") as ctx,
         experiment_holding_nodes(plan, ctx, wait_for_nodes),
     ):
-        return run_side_by_side(plan, ctx, timeout_s=timeout_s).summary()
+        return run_side_by_side(plan, ctx, timeout_s=timeout_s).summary().to_json()
 
 
 @flow(name="side_by_side", flow_run_name=run_name("side by side"))

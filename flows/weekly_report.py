@@ -32,7 +32,7 @@ def build_report(
                 result = build_weekly_report(plan, ctx, week, dask_client=client)
         else:
             result = build_weekly_report(plan, ctx, week)
-    return {"poc": ctx.poc, "run_id": ctx.run_id, **result}
+    return {"poc": ctx.poc, "run_id": ctx.run_id, **result.to_json()}
 
 
 @flow(name="weekly_report", flow_run_name=run_name("weekly report"))

@@ -300,7 +300,7 @@ class _Rows:
             self.reason = pc.if_else(pc.and_(pc.is_null(self.reason), bad), why, self.reason)
 
     def struct_of(
-        self, name: str, fn: Callable[[Any], dict[str, Any]], t: pa.StructType, why: str
+        self, name: str, fn: Callable[[Any], tuple[Any, ...]], t: pa.StructType, why: str
     ) -> pa.StructArray:
         """``fn`` over the field's distinct values; its ``bad`` rows flagged with ``why``."""
         parsed = map_distinct(self.raw(name), fn, t)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.baseline.fields import normalise_state
+from tasks.data.jsonform import JsonForm
 from tasks.data.slurm_states import NO_STATE, UNKNOWN_STATE
 
 EXPOSED_STATES = (
@@ -81,28 +82,50 @@ class Exposure:
     # null in the summary, never a zero.
     not_computed: dict[str, str] = field(default_factory=dict)
 
-    def summary(self, rows_read: int, rows_quarantined: int) -> dict[str, Any]:
-        """The JSON summary, with exactly the keys the CLI promises."""
+    def summary(
+        self, rows_read: int, rows_quarantined: int, time_formats: Mapping[str, str], short: int
+    ) -> BaselineSummary:
+        """The --json summary: the keys the CLI promises, and how the dump was read."""
         bs = self.by_state
 
         def measured(key: str, value: Any) -> Any:
             return None if key in self.not_computed else value
 
-        return {
-            "rows_read": int(rows_read),
-            "rows_quarantined": int(rows_quarantined),
-            "allocations_by_state": {s: int(v) for s, v in bs["allocations"].items()},
-            "node_hours_by_state": measured(
+        return BaselineSummary(
+            rows_read=int(rows_read),
+            rows_quarantined=int(rows_quarantined),
+            allocations_by_state={s: int(v) for s, v in bs["allocations"].items()},
+            node_hours_by_state=measured(
                 "node_hours_by_state", {s: float(v) for s, v in bs["node_hours"].items()}
             ),
-            "gpu_hours_by_state": measured(
+            gpu_hours_by_state=measured(
                 "gpu_hours_by_state", {s: float(v) for s, v in bs["gpu_hours"].items()}
             ),
-            "exposed_gpu_hours": measured("exposed_gpu_hours", float(self.exposed_gpu_hours)),
-            "timeout_gpu_hours": measured("timeout_gpu_hours", float(self.timeout_gpu_hours)),
-            "chains": measured("chains", self.chains),
-            "not_computed": dict(self.not_computed),
-        }
+            exposed_gpu_hours=measured("exposed_gpu_hours", float(self.exposed_gpu_hours)),
+            timeout_gpu_hours=measured("timeout_gpu_hours", float(self.timeout_gpu_hours)),
+            chains=measured("chains", tuple(tuple(c) for c in self.chains)),
+            not_computed=dict(self.not_computed),
+            time_formats=dict(time_formats),
+            rows_short_of_fields=int(short),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BaselineSummary(JsonForm):
+    """The baseline's summary (`--json`). A measure the dump cannot give is None (null),
+    never a zero; ``not_computed`` says why."""
+
+    rows_read: int
+    rows_quarantined: int
+    allocations_by_state: Mapping[str, int]  # final state → allocations
+    node_hours_by_state: Mapping[str, float] | None
+    gpu_hours_by_state: Mapping[str, float] | None
+    exposed_gpu_hours: float | None
+    timeout_gpu_hours: float | None
+    chains: tuple[tuple[str, ...], ...] | None  # resubmission chains, by job id
+    not_computed: Mapping[str, str]  # measure → "the dump lacks X, Y"
+    time_formats: Mapping[str, str]  # time field → the format it was read in
+    rows_short_of_fields: int
 
 
 Jobs = pa.Table | pd.DataFrame

@@ -1,8 +1,10 @@
 """Field parsing: one sacct value (or one column of them) → what it means.
 
 Scalar parsers take one value as sacct wrote it (str, or bytes from the raw reader) and return
-its meaning with a ``bad`` flag, as the struct types beside them; the column helpers parse a
-whole Arrow column at once and return a mask of the values that are damage, not data.
+its meaning with a ``bad`` flag, as a named tuple whose fields are those of the Arrow struct
+type beside it, in its order (Arrow builds the struct column from the tuples); the column
+helpers parse a whole Arrow column at once and return a mask of the values that are damage,
+not data.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -58,14 +60,19 @@ def parse_duration_s(text: str | None) -> int | None:
 TIMELIMIT_TYPE = pa.struct([("s", pa.int64()), ("bad", pa.bool_())])
 
 
-def parse_timelimit(raw: str | bytes | None) -> dict[str, Any]:
+class TimeLimit(NamedTuple):
+    s: int | None  # None: no limit
+    bad: bool
+
+
+def parse_timelimit(raw: str | bytes | None) -> TimeLimit:
     text = text_of(raw)
     if text in ("", "UNLIMITED", "Partition_Limit", "INVALID", "NONE"):
-        return {"s": None, "bad": False}
+        return TimeLimit(None, False)
     if text.isdigit():  # minutes, as sacct --json and some dumps give it
-        return {"s": int(text) * 60, "bad": False}
+        return TimeLimit(int(text) * 60, False)
     seconds = parse_duration_s(text)
-    return {"s": seconds, "bad": seconds is None}
+    return TimeLimit(seconds, seconds is None)
 
 
 TRES_TYPE = pa.struct(
@@ -82,38 +89,43 @@ TRES_TYPE = pa.struct(
 _NO_RESOURCES = ("", "(null)", "N/A")
 
 
-def parse_tres(raw: bytes | str | None) -> dict[str, Any]:
+class Tres(NamedTuple):
+    gpus: int
+    nodes: int | None
+    cpus: int | None
+    mem: int | None  # bytes
+    given: bool
+    bad: bool
+
+
+def parse_tres(raw: bytes | str | None) -> Tres:
     """AllocTRES (or ReqTRES) → gpus, nodes, cpus, mem bytes, and whether it was given.
 
     GPUs: the untyped ``gres/gpu=N`` when present, else the sum of typed ``gres/gpu:T=N``
     (Slurm lists both together; adding all of them double-counts).
     """
     text = text_of(raw)
-    out: dict[str, Any] = {
-        "gpus": 0,
-        "nodes": None,
-        "cpus": None,
-        "mem": None,
-        "given": text not in _NO_RESOURCES,
-        "bad": False,
-    }
-    if not out["given"]:
-        return out
+    if text in _NO_RESOURCES:
+        return Tres(0, None, None, None, False, False)
+    nodes: int | None = None
+    cpus: int | None = None
+    mem: int | None = None
+    bad = False
     untyped, typed = None, 0
     for item in text.split(","):
         name, sep, value = item.partition("=")
         if not sep:
-            out["bad"] = True
+            bad = True
             continue
         if name == "mem":
             m = re.match(r"^(\d+(?:\.\d+)?)([KMGTP]?)[nc]?$", value)
             if m:
-                out["mem"] = int(float(m.group(1)) * _MEM_UNITS[m.group(2)])
+                mem = int(float(m.group(1)) * _MEM_UNITS[m.group(2)])
             else:
-                out["bad"] = True
+                bad = True
             continue
         if not value.isdigit():
-            out["bad"] = True
+            bad = True
             continue
         count = int(value)
         if name == "gres/gpu":
@@ -121,18 +133,23 @@ def parse_tres(raw: bytes | str | None) -> dict[str, Any]:
         elif name.startswith("gres/gpu:"):
             typed += count
         elif name == "node":
-            out["nodes"] = count
+            nodes = count
         elif name == "cpu":
-            out["cpus"] = count
-    out["gpus"] = untyped if untyped is not None else typed
-    return out
+            cpus = count
+    return Tres(untyped if untyped is not None else typed, nodes, cpus, mem, True, bad)
 
 
 GRES_TYPE = pa.struct([("gpus", pa.int64()), ("given", pa.bool_()), ("bad", pa.bool_())])
 _GRES_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 
 
-def parse_gres(raw: bytes | str | None) -> dict[str, Any]:
+class Gres(NamedTuple):
+    gpus: int
+    given: bool
+    bad: bool
+
+
+def parse_gres(raw: bytes | str | None) -> Gres:
     """AllocGRES / ReqGRES of Slurm before 17.11 → the job's GPUs, and whether it was given.
 
     Entries are ``name[:type][:count]`` (``gpu:2``, ``gpu:tesla:2``, ``gpu`` for one), with an
@@ -141,9 +158,9 @@ def parse_gres(raw: bytes | str | None) -> dict[str, Any]:
     untyped entry wins over typed ones when both are listed.
     """
     text = text_of(raw).strip()
-    out: dict[str, Any] = {"gpus": 0, "given": text not in _NO_RESOURCES, "bad": False}
-    if not out["given"]:
-        return out
+    if text in _NO_RESOURCES:
+        return Gres(0, False, False)
+    bad = False
     untyped, typed = None, 0
     for item in re.sub(r"\([^)]*\)", "", text).split(","):  # IDX lists hold commas too
         parts = item.strip().split(":")
@@ -153,7 +170,7 @@ def parse_gres(raw: bytes | str | None) -> dict[str, Any]:
             parts = parts[1:]
         name, rest = parts[0], parts[1:]
         if not _GRES_NAME_RE.match(name) or len(rest) > 2:
-            out["bad"] = True
+            bad = True
             continue
         if name != "gpu":
             continue
@@ -166,9 +183,8 @@ def parse_gres(raw: bytes | str | None) -> dict[str, Any]:
         elif rest[1].isdigit():
             typed += int(rest[1])
         else:
-            out["bad"] = True
-    out["gpus"] = untyped if untyped is not None else typed
-    return out
+            bad = True
+    return Gres(untyped if untyped is not None else typed, True, bad)
 
 
 STATE_TYPE = pa.struct([("state", pa.string()), ("bad", pa.bool_())])
@@ -181,26 +197,37 @@ def normalise_state(raw: str | bytes | None) -> str:
     return text_of(raw).strip().split(" ", 1)[0].rstrip("+")
 
 
-def parse_state(raw: str | bytes | None) -> dict[str, Any]:
+class ParsedState(NamedTuple):
+    state: str
+    bad: bool
+
+
+def parse_state(raw: str | bytes | None) -> ParsedState:
     state = normalise_state(raw)
     if state in KNOWN_STATES:
-        return {"state": state, "bad": False}
+        return ParsedState(state, False)
     # Not documented by sacct but shaped like a state: kept, as UNKNOWN (see UNKNOWN_STATE).
-    return {"state": UNKNOWN_STATE, "bad": not _STATE_NAME_RE.match(state)}
+    return ParsedState(UNKNOWN_STATE, not _STATE_NAME_RE.match(state))
 
 
 EXIT_TYPE = pa.struct([("code", pa.int64()), ("signal", pa.int64()), ("bad", pa.bool_())])
 
 
-def parse_exit(raw: str | bytes | None) -> dict[str, Any]:
+class ExitCode(NamedTuple):
+    code: int | None
+    signal: int | None
+    bad: bool
+
+
+def parse_exit(raw: str | bytes | None) -> ExitCode:
     text = text_of(raw)
     if not text:
-        return {"code": None, "signal": None, "bad": False}
+        return ExitCode(None, None, False)
     code, sep, signal = text.partition(":")
     if code.isdigit() and (not sep or signal.isdigit()):
         c, s = int(code), int(signal or 0)
-        return {"code": c, "signal": s, "bad": c > 255 or s > 255}
-    return {"code": None, "signal": None, "bad": True}
+        return ExitCode(c, s, c > 255 or s > 255)
+    return ExitCode(None, None, True)
 
 
 # --- whole columns (vectorised) --------------------------------------------------------------

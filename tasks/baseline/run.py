@@ -25,6 +25,7 @@ from tasks.baseline import accounting as acct
 from tasks.baseline.exposure import (
     EXPOSED_STATES,
     EXPOSURE_INPUT_COLUMNS,
+    BaselineSummary,
     Exposure,
     combine_parts,
     compute_exposure,
@@ -71,7 +72,7 @@ class Ingested:
 
 @dataclass
 class BaselineResult:
-    summary: dict[str, Any]
+    summary: BaselineSummary
     exposure: Exposure
     source: str
     path: str  # "memory" or "dask"
@@ -149,17 +150,6 @@ def _not_computed_metadata(
     if time_formats is not None:
         metadata["ckpt_poc.time_formats"] = json.dumps(time_formats)
     return metadata
-
-
-def _summary(
-    exp: Exposure, rows_read: int, quarantined: int, time_formats: dict[str, str], short: int
-) -> dict[str, Any]:
-    """The --json summary: exposure's keys, and how the dump was read."""
-    return {
-        **exp.summary(rows_read, quarantined),
-        "time_formats": dict(time_formats),
-        "rows_short_of_fields": int(short),
-    }
 
 
 def _empty_jobs() -> pa.Table:
@@ -400,7 +390,7 @@ class _Reading:
     relative_to: tuple[dt.date, str] | None = None  # the day sacct ran, and how it is known
 
 
-def _store_args(ctx: RunContext) -> dict[str, Any]:
+def _store_args(ctx: RunContext) -> dict[str, Any]:  # a dict: write_dataset's kwargs
     """Where and under which run this stage writes its datasets."""
     return {
         "data_dir": ctx.data_dir,
@@ -461,12 +451,8 @@ def _run_in_memory(
         "quarantine": write_dataset(q_df, QUARANTINE, **common),
         "exposure": write_dataset(e_df, EXPOSURE, **measured),
     }
-    summary = _summary(
-        exp,
-        ingested.rows_read,
-        len(ingested.quarantine),
-        ingested.time_formats,
-        ingested.short_rows,
+    summary = exp.summary(
+        ingested.rows_read, len(ingested.quarantine), ingested.time_formats, ingested.short_rows
     )
     return BaselineResult(
         summary,
@@ -538,7 +524,7 @@ def _run_dask(
             e_df, EXPOSURE, **{**common, "metadata": _not_computed_metadata(missing, ctx)}
         ),
     }
-    summary = _summary(exp, rows_read, len(quarantine), time_formats, short)
+    summary = exp.summary(rows_read, len(quarantine), time_formats, short)
     return BaselineResult(
         summary,
         exp,

@@ -255,7 +255,7 @@ def _text(value: Any, path: str) -> str:
     raise Unreadable(path, "text", value)
 
 
-def _dict(value: Any, path: str) -> dict[str, Any]:
+def _dict(value: Any, path: str) -> dict[str, Any]:  # a dict: an object of sacct's JSON
     if value is None:
         return {}
     if not isinstance(value, dict):

@@ -142,7 +142,7 @@ def tail_jobs(
         raise Unchunked from exc
 
 
-def _head(head: bytes) -> dict[str, Any]:
+def _head(head: bytes) -> dict[str, Any]:  # a dict: a JSON object's keys
     """The top-level keys before ``jobs``, closed off where ``jobs`` starts."""
     try:
         keys = orjson.loads(head + b'"jobs": null}')

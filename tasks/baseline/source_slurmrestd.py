@@ -75,6 +75,7 @@ class RestClient:
                 self.scrub(f"slurmrestd {self.url}{path}: cannot be reached: {reason}")
             ) from None
 
+    # a dict: slurmrestd's JSON document, read as such
     def get_json(self, path: str, query: dict[str, str] | None = None) -> dict[str, Any]:
         """The JSON document at ``path``; AccountingError with status, path and errors[]."""
         status, body = self.get(path, query)
@@ -85,7 +86,7 @@ class RestClient:
         return doc
 
 
-def _json_or_none(body: bytes) -> dict[str, Any] | None:
+def _json_or_none(body: bytes) -> dict[str, Any] | None:  # a dict: a JSON document
     try:
         doc = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):

@@ -119,7 +119,7 @@ class DatasetSpec:
         return pa.schema(fields, metadata=meta)
 
     @property
-    def pandas_dtypes(self) -> dict[str, Any]:
+    def pandas_dtypes(self) -> dict[str, Any]:  # a dict: column → dtype, pandas' dtype=
         """The dtypes every reader normalises to (pandas and Dask alike)."""
         return {c.name: _pandas_dtype(c.type) for c in self.columns}
 

@@ -89,6 +89,7 @@ def collect_versions_metadata(md: dict[str, Any]) -> None:
     md["fp_versions"] = json.dumps(versions, sort_keys=True)
 
 
+# a dict: the fingerprint columns' values by column name, a row's and an event's fields
 def collect_fingerprint() -> dict[str, Any]:
     md: dict[str, Any] = {}
     collect_host_metadata(md)

@@ -19,8 +19,10 @@ import os
 import platform
 import shutil
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+from tasks.data.jsonform import JsonForm
 
 LIBCUDA = "libcuda.so.1"
 MIN_DRIVER_BRANCH = 570  # the driver's checkpoint API (the binary alone works from 550)
@@ -39,7 +41,7 @@ GVISOR_KERNEL = "4.4.0"  # what gVisor's sentry reports as the kernel release
 
 
 @dataclass(frozen=True)
-class Gpu:
+class Gpu(JsonForm):
     index: int
     uuid: str
     model: str
@@ -49,7 +51,7 @@ class Gpu:
 
 
 @dataclass(frozen=True)
-class Capability:
+class Capability(JsonForm):
     """What this node can do for GPU checkpointing; ``problems`` say why it cannot (empty:
     it can)."""
 
@@ -70,9 +72,6 @@ class Capability:
     @property
     def can_checkpoint(self) -> bool:
         return not self.problems
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def find_binary(path: str | None = None) -> str | None:
@@ -210,7 +209,7 @@ def driver_api_missing(path: str = LIBCUDA) -> str | None:
 
 
 def restore_refusal(checkpointed: Mapping[str, Any], here: Capability) -> str | None:
-    """Why a checkpoint taken on ``checkpointed`` (a :meth:`Capability.as_dict`, kept with
+    """Why a checkpoint taken on ``checkpointed`` (a :meth:`Capability.to_json`, kept with
     the checkpoint) must not be restored here, or None: the GPU model or count, or the
     driver, differ (the driver restores onto the same chip type and GPU count only)."""
     then = [g["model"] for g in checkpointed.get("gpus", [])]

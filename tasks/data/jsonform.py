@@ -29,7 +29,7 @@ class JsonForm:
 
     _OMIT_NONE: tuple[str, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:  # a dict: the JSON form itself
         out: dict[str, Any] = {}
         for f in fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)

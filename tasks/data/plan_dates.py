@@ -131,6 +131,7 @@ class PlanDates:
         form = self.forms.get("window.start", "")
         return is_relative(form) and self.dates.get("window.start") == self.anchor
 
+    # a dict: a commit record's JSON, keyed by the plan's date fields
     def record(self) -> dict[str, Any]:
         """What a run's commit record carries: the dates its rows were judged under."""
         return {
@@ -139,7 +140,7 @@ class PlanDates:
             "forms": dict(self.forms),
         }
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:  # a dict: the dates file's JSON document
         return {**self.record(), "fixed_at": self.fixed_at}
 
 

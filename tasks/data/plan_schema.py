@@ -38,7 +38,7 @@ DESCRIPTION = (
 )
 
 
-def plan_json_schema() -> dict[str, Any]:
+def plan_json_schema() -> dict[str, Any]:  # a dict: a JSON Schema document
     """The plan's JSON Schema (draft-07: the definitions under ``definitions``)."""
     schema = Plan.model_json_schema(ref_template="#/definitions/{model}")
     definitions = schema.pop("$defs", {})

@@ -72,7 +72,7 @@ class RunContext:
             "ckpt_poc.started_at": self.started_at.isoformat(),
         }
 
-    def stamp(self) -> dict[str, Any]:
+    def stamp(self) -> dict[str, Any]:  # a dict: column → value, spread into rows
         """The columns every row of this run carries."""
         return {"poc": self.poc, "run_id": self.run_id, **self.fingerprint}
 

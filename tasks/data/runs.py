@@ -22,9 +22,12 @@ import re
 import socket
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from tasks.data.jsonform import JsonForm
 
 # What a commit record's `status` field says of the run (its `outcome` says why, in words):
 # complete (its rows count), partial (written, but some part could not be read) or refused
@@ -93,7 +96,7 @@ def mark_live(data_dir: str | Path, poc: str, run_id: str, stage: str) -> Path:
     return marker
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path) -> dict[str, Any] | None:  # a dict: a JSON file's document
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError):
@@ -256,29 +259,63 @@ def clean_stale_tmp(data_dir: str | Path, poc: str) -> list[Path]:
     return stale
 
 
-def status_summary(data_dir: str | Path, poc: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class CommittedStage(JsonForm):
+    runs: int
+    refused: int  # of them, refused by a gate
+    last_committed_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRun(JsonForm):
+    run_id: str
+    stage: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeftRun(JsonForm):
+    """A killed run's uncommitted files, which no reader takes."""
+
+    run_id: str
+    stage: str | None
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DataStatus(JsonForm):
+    """Where the PoC's data stands (`ckpt-poc status`)."""
+
+    data_dir: str
+    committed: Mapping[str, CommittedStage]  # stage → its committed runs
+    running: tuple[LiveRun, ...]
+    uncommitted: tuple[LeftRun, ...]
+    stale_tmp_files: tuple[str, ...]
+
+
+def status_summary(data_dir: str | Path, poc: str) -> DataStatus:
     """Where the PoC's data stands: committed runs per stage, runs in progress, what killed
     runs left (uncommitted files and markers) and stale temp files."""
-    stages: dict[str, dict[str, Any]] = {}
+    stages: dict[str, CommittedStage] = {}
     for record in committed_runs(data_dir, poc).values():
-        entry = stages.setdefault(record.get("stage", "unknown"), {"runs": 0, "refused": 0})
-        entry["runs"] += 1
-        entry["refused"] += run_status(record) == "refused"
-        entry["last_committed_at"] = max(
-            entry.get("last_committed_at", ""), str(record.get("committed_at", ""))
+        stage = record.get("stage", "unknown")
+        seen = stages.get(stage, CommittedStage(0, 0, ""))
+        stages[stage] = CommittedStage(
+            seen.runs + 1,
+            seen.refused + (run_status(record) == "refused"),
+            max(seen.last_committed_at, str(record.get("committed_at", ""))),
         )
     uncommitted = uncommitted_runs(data_dir, poc)
-    return {
-        "data_dir": str(poc_dir(data_dir, poc)),
-        "committed": dict(sorted(stages.items())),
-        "running": [{"run_id": r.run_id, "stage": r.stage} for r in uncommitted if r.alive],
-        "uncommitted": [
-            {"run_id": r.run_id, "stage": r.stage, "files": [str(f) for f in r.files]}
+    return DataStatus(
+        data_dir=str(poc_dir(data_dir, poc)),
+        committed=dict(sorted(stages.items())),
+        running=tuple(LiveRun(r.run_id, r.stage) for r in uncommitted if r.alive),
+        uncommitted=tuple(
+            LeftRun(r.run_id, r.stage, tuple(str(f) for f in r.files))
             for r in uncommitted
             if not r.alive
-        ],
-        "stale_tmp_files": [str(p) for p in stale_tmp_files(data_dir, poc)],
-    }
+        ),
+        stale_tmp_files=tuple(str(p) for p in stale_tmp_files(data_dir, poc)),
+    )
 
 
 def forget_if_empty(data_dir: str | Path, poc: str, run_id: str) -> bool:

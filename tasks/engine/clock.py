@@ -418,7 +418,7 @@ def _flat_detail(detail: Any) -> str | None:
     return "{" + ", ".join(items) + "}"
 
 
-def _event_fields(ev: Event) -> dict[str, Any]:
+def _event_fields(ev: Event) -> dict[str, Any]:  # a dict: an events.jsonl line's JSON
     # Fields by hand, not asdict(): that deep-copies ``detail``.
     return {
         "trial_id": ev.trial_id,

@@ -17,9 +17,10 @@ in a worker thread (a probe, the checkpoint schedule) fails the run with that ex
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 from tasks.data.arms import ARMS, MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
 from tasks.data.events import Ev
+from tasks.data.jsonform import JsonForm
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
@@ -98,7 +100,7 @@ class WorkerThreads:
 
 
 @dataclass
-class ArmResult:
+class ArmResult(JsonForm):
     arm: str
     slot: str
     pid: int | None  # a local copy's; a Slurm copy has its job instead
@@ -119,24 +121,43 @@ class SideBySideResult:
     events_files: list[Path] = field(default_factory=list)
     job_ids: dict[str, str] = field(default_factory=dict)  # arm → its Slurm job
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> SideBySideSummary:
         dumps = [c["dump_s"] for c in self.checkpoints]
-        return {
-            "run_dir": str(self.run_dir),
-            "arms": {a: vars(r) for a, r in self.arms.items()},
-            "checkpoints": len(self.checkpoints),
-            "median_dump_s": statistics.median(dumps) if dumps else None,
-            "median_image_bytes": (
+        return SideBySideSummary(
+            run_dir=str(self.run_dir),
+            arms={a: dataclasses.replace(r) for a, r in self.arms.items()},
+            checkpoints=len(self.checkpoints),
+            median_dump_s=statistics.median(dumps) if dumps else None,
+            median_image_bytes=(
                 statistics.median(c["image_bytes"] for c in self.checkpoints)
                 if self.checkpoints
                 else None
             ),
-            "skipped_ticks": self.skipped_ticks,
-            "checkpoint_errors": self.checkpoint_errors,
-            "dumps_cut_by_exit": self.dumps_cut_by_exit,
-            "events": self.events,
-            **({"job_ids": self.job_ids} if self.job_ids else {}),
-        }
+            skipped_ticks=self.skipped_ticks,
+            checkpoint_errors=tuple(self.checkpoint_errors),
+            dumps_cut_by_exit=self.dumps_cut_by_exit,
+            events=self.events,
+            job_ids=dict(self.job_ids) or None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SideBySideSummary(JsonForm):
+    """What a side-by-side run hands on (the flow's result and `--json`); ``job_ids`` is
+    absent, not null, where the copies were no Slurm jobs."""
+
+    _OMIT_NONE = ("job_ids",)
+
+    run_dir: str
+    arms: Mapping[str, ArmResult]  # a copy of each arm's, as the run ended
+    checkpoints: int
+    median_dump_s: float | None
+    median_image_bytes: float | None
+    skipped_ticks: int
+    checkpoint_errors: tuple[str, ...]
+    dumps_cut_by_exit: int
+    events: int
+    job_ids: Mapping[str, str] | None = None  # arm → its Slurm job
 
 
 def ensure_engine_supports(plan: Plan) -> None:

@@ -37,6 +37,7 @@ from tasks.data.plan import AllowedChange, Plan
 from tasks.data.runctx import RunContext
 from tasks.data.settings import env_name
 from tasks.data.store import read_dataset, write_dataset
+from tasks.exit.exit_result import ExitDiff, NodeDiff
 from tasks.exit.footprint import known_footprint
 from tasks.exit.snapshots import allowed_changes, latest_snapshot, recheck_phase
 from tasks.exit.writers.service import WriterLog, host_of, read_writer_log, recorder_hosts
@@ -99,6 +100,7 @@ def refuse_other_keys(before: pd.DataFrame, after: pd.DataFrame) -> None:
         )
 
 
+# a dict: a process item's JSON value as parsed
 def _process_value(value: str | None) -> dict[str, Any]:
     if value is None:
         return {}
@@ -354,6 +356,7 @@ def writer_logs(plan: Plan) -> dict[str, WriterLog | None]:
     return {host: read_writer_log(plan, host) for host in recorder_hosts(plan)}
 
 
+# a dict: keyword arguments of Attribution
 def _writer_evidence(log: WriterLog | None) -> dict[str, Any]:
     """The Attribution's writes (by path) and writer gaps from a node's recorder log."""
     if log is None:
@@ -364,26 +367,27 @@ def _writer_evidence(log: WriterLog | None) -> dict[str, Any]:
     return {"writes": writes, "writer_gaps": tuple(g["reason"] for g in log.gaps)}
 
 
-def _node_info(node: str, pair: NodePair, found: list[dict[str, Any]]) -> dict[str, Any]:
+def _node_info(node: str, pair: NodePair, found: list[dict[str, Any]]) -> NodeDiff:
     counts = {c: sum(1 for x in found if x["class"] == c) for c in CLASSES}
-    return {
-        "leftovers": counts["poc"] + counts["unexplained"],
-        "poc_items": counts["poc"],
-        "unexplained": counts["unexplained"],
-        "node_own": counts["node_own"],
-        "from_run": str(pair.before["run_id"].iloc[0]),
-        "to_run": str(pair.after["run_id"].iloc[0]),
-        "recheck": pair.recheck is not None,
-        "from_taken_at": pd.Timestamp(pair.before["taken_at"].max()).isoformat(),
-        "to_taken_at": pd.Timestamp(pair.after["taken_at"].max()).isoformat(),
-        "items_compared": len(_items(pair.before).keys() | _items(pair.after).keys()),
-    }
+    return NodeDiff(
+        leftovers=counts["poc"] + counts["unexplained"],
+        poc_items=counts["poc"],
+        unexplained=counts["unexplained"],
+        node_own=counts["node_own"],
+        from_run=str(pair.before["run_id"].iloc[0]),
+        to_run=str(pair.after["run_id"].iloc[0]),
+        recheck=pair.recheck is not None,
+        from_taken_at=pd.Timestamp(pair.before["taken_at"].max()).isoformat(),
+        to_taken_at=pd.Timestamp(pair.after["taken_at"].max()).isoformat(),
+        items_compared=len(_items(pair.before).keys() | _items(pair.after).keys()),
+    )
 
 
-def exit_diff(plan: Plan, ctx: RunContext, from_phase: str, to_phase: str) -> dict[str, Any]:
+def exit_diff(plan: Plan, ctx: RunContext, from_phase: str, to_phase: str) -> ExitDiff:
     """Diff the newest committed snapshots of every plan node and attribute each difference;
     write them (``exit_diff``, node-own ones too) and each node's verdict
-    (``exit_verdicts``); return {verdict, leftovers, node_own, nodes, …}. The caller commits."""
+    (``exit_verdicts``); return the verdict, the items and each node's counts. The caller
+    commits."""
     pairs = _pairs(ctx, plan, from_phase, to_phase)
     logs = writer_logs(plan)
     diffs = diff_and_attribute(plan, pairs, ctx.data_dir, logs)
@@ -394,16 +398,16 @@ def exit_diff(plan: Plan, ctx: RunContext, from_phase: str, to_phase: str) -> di
     diffed_at = pd.Timestamp(dt.datetime.now(dt.UTC))
     _write(ctx, everything, nodes, from_phase, to_phase, diffed_at)
     leftovers = [x for x in everything if x["class"] != "node_own"]
-    return {
-        "verdict": "leftovers" if leftovers else "clean",
-        "leftovers": leftovers,
-        "node_own": [x for x in everything if x["class"] == "node_own"],
-        "nodes": nodes,
-        "control_node": plan.exit.control_node,
-        "recheck_after_s": plan.exit.recheck_after_s,
-        "from_phase": from_phase,
-        "to_phase": to_phase,
-    }
+    return ExitDiff(
+        verdict="leftovers" if leftovers else "clean",
+        leftovers=leftovers,
+        node_own=[x for x in everything if x["class"] == "node_own"],
+        nodes=nodes,
+        control_node=plan.exit.control_node,
+        recheck_after_s=plan.exit.recheck_after_s,
+        from_phase=from_phase,
+        to_phase=to_phase,
+    )
 
 
 def write_writer_log(ctx: RunContext, log: WriterLog | None) -> None:
@@ -429,7 +433,7 @@ def write_writer_log(ctx: RunContext, log: WriterLog | None) -> None:
 def _write(
     ctx: RunContext,
     everything: list[dict[str, Any]],
-    nodes: dict[str, dict[str, Any]],
+    nodes: dict[str, NodeDiff],
     from_phase: str,
     to_phase: str,
     diffed_at: pd.Timestamp,
@@ -457,12 +461,12 @@ def _write(
                 "node": node,
                 "from_phase": from_phase,
                 "to_phase": to_phase,
-                "verdict": "leftovers" if info["leftovers"] else "clean",
-                "leftovers": info["leftovers"],
-                "poc_items": info["poc_items"],
-                "unexplained": info["unexplained"],
-                "node_own": info["node_own"],
-                "items_compared": info["items_compared"],
+                "verdict": info.verdict,
+                "leftovers": info.leftovers,
+                "poc_items": info.poc_items,
+                "unexplained": info.unexplained,
+                "node_own": info.node_own,
+                "items_compared": info.items_compared,
                 "diffed_at": diffed_at,
             }
             for node, info in nodes.items()
@@ -499,6 +503,7 @@ def summary_line(result: dict[str, Any]) -> str:
     return f"leftovers: {len(left)} ({poc} the PoC's, {len(left) - poc} unexplained){tail}"
 
 
+# a dict: the --json document, from the flow's JSON result
 def json_form(result: dict[str, Any]) -> dict[str, Any]:
     """What ``exit-diff --json`` prints: the verdict, the leftovers (each with its class and
     reason) and the nodes' own changes apart (each with its reason)."""

@@ -62,6 +62,7 @@ from tasks.data.runctx import REPO_ROOT, RunContext
 from tasks.data.runs import write_json_atomically
 from tasks.data.settings import env_name, settings
 from tasks.engine.clock import EventRecorder
+from tasks.exit.install_result import InstallResult, NodeInstall, NodeUninstall, UninstallResult
 
 PREFIX_ROOT_ENV = env_name("prefix_root")
 MANIFEST = "manifest.json"
@@ -211,6 +212,7 @@ class LocalNodes:
     ) -> subprocess.CompletedProcess:
         return _run_here(argv, {**os.environ, **(env or {})})
 
+    # a dict: fields spread into the opt-in record
     def opt_in_how(self, plan: Plan) -> dict[str, Any]:
         return {"managed_arm": True, "env": {OPT_IN_ENV: plan.poc}}
 
@@ -245,6 +247,7 @@ class SlurmNodes:
         ]
         return _run_here([*srun, *argv])
 
+    # a dict: fields spread into the opt-in record
     def opt_in_how(self, plan: Plan) -> dict[str, Any]:
         return {
             "sbatch_args": [OPT_IN_FLAG],
@@ -326,7 +329,7 @@ def install(
     ctx: RunContext,
     nodes: Sequence[str] | None = None,
     recorder: EventRecorder | None = None,
-) -> dict[str, Any]:
+) -> InstallResult:
     """Install CRIU, the wrapper and (Slurm) the SPANK hook on the nodes; return per node the
     prefix, hook, manifest and files. A node already installed (its manifest is there) is
     left as it is."""
@@ -337,7 +340,7 @@ def install(
     criu = criu_binary()
     spank = spank_plugin() if nodes_kind.spank_hook else None
     staging_root = ctx.data_dir / ctx.poc / "runs" / ctx.run_id / "install"
-    result: dict[str, Any] = {}
+    result: dict[str, NodeInstall] = {}
     for node in chosen:
         lay = layout(plan, node, dropin_dir)
         staging = staging_root / node
@@ -354,11 +357,7 @@ def install(
                 who=who(),
                 reason=f"already installed: {lay.manifest}",
             )
-            result[node] = {
-                "prefix": str(lay.prefix),
-                "manifest": str(lay.manifest),
-                "skipped": True,
-            }
+            result[node] = NodeInstall(str(lay.prefix), str(lay.manifest), skipped=True)
             continue
         taken = sorted(str(p) for p in sources if p in existing)
         if taken:
@@ -390,17 +389,17 @@ def install(
             hook=manifest["hooks"],
             files=[f["path"] for f in manifest["files"]],
         )
-        result[node] = {
-            "prefix": str(lay.prefix),
-            "manifest": str(lay.manifest),
-            "hooks": manifest["hooks"],
-            "dirs": manifest["dirs"],
-            "files": [f["path"] for f in manifest["files"]],
-            "skipped": False,
-        }
+        result[node] = NodeInstall(
+            str(lay.prefix),
+            str(lay.manifest),
+            skipped=False,
+            hooks=manifest["hooks"],
+            dirs=manifest["dirs"],
+            files=[f["path"] for f in manifest["files"]],
+        )
     if recorder is None:
         rec.flush()
-    return result
+    return InstallResult(result)
 
 
 def _staged_sources(
@@ -435,6 +434,7 @@ def _wanted_dirs(lay: NodeLayout, spank: Path | None) -> list[Path]:
     return wanted_dirs
 
 
+# a dict: the manifest.json document
 def _manifest(
     plan: Plan,
     ctx: RunContext,
@@ -482,6 +482,7 @@ def _install_steps(
     return steps
 
 
+# a dict: the opt-in JSON document, written and recorded
 def opt_in(
     plan: Plan,
     ctx: RunContext,
@@ -528,14 +529,14 @@ def uninstall(
     ctx: RunContext,
     nodes: Sequence[str] | None = None,
     recorder: EventRecorder | None = None,
-) -> dict[str, Any]:
+) -> UninstallResult:
     """Run the plan's exit.uninstall on every node with CKPT_POC_MANIFEST set to that node's
     manifest; every node is attempted, then InstallError names each that failed."""
     chosen = target_nodes(plan, nodes)
     rec = recorder or recorder_for(ctx)
     dropin_dir = NODE_KINDS[plan.cluster.kind].dropin_dir()
     argv = uninstall_argv(plan)
-    result: dict[str, Any] = {}
+    result: dict[str, NodeUninstall] = {}
     failures = []
     # Last installed, first removed: a folder the first node's install created (the local
     # nodes' shared _install/) is empty only once the later ones are gone.
@@ -544,7 +545,7 @@ def uninstall(
         manifest = {env_markers.MANIFEST: str(lay.manifest)}  # where exit.uninstall reads it
         done = _step(plan, rec, node, "uninstall", argv, **manifest)
         tail = (done.stderr + done.stdout).strip()[-1500:]
-        result[node] = {"rc": done.returncode, "manifest": str(lay.manifest), "output": tail}
+        result[node] = NodeUninstall(done.returncode, str(lay.manifest), tail)
         if done.returncode != 0:
             failures.append(f"{node}: {argv[0]} exited {done.returncode}:\n{tail}")
     rec.record(
@@ -553,10 +554,10 @@ def uninstall(
         Ev.UNINSTALLED,
         who=who(),
         nodes=chosen,
-        failed=[n for n in chosen if result[n]["rc"] != 0],
+        failed=[n for n in chosen if result[n].rc != 0],
     )
     if recorder is None:
         rec.flush()
     if failures:
         raise InstallError("uninstall failed on " + "\n".join(failures))
-    return result
+    return UninstallResult(result)

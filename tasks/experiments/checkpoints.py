@@ -17,6 +17,7 @@ from tasks.data.events import Ev
 from tasks.data.plan import Plan
 from tasks.engine.clock import Event
 from tasks.experiments.clocks import clock_of
+from tasks.experiments.results import CheckpointSummary, Spread
 from tasks.experiments.trials import workload_hash
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")  # CRIU's pages are the host's
@@ -81,6 +82,7 @@ def _s(us: Any) -> float | None:
     return int(us) / 1e6 if us is not None else None
 
 
+# a dict: a trials row's columns
 def dump_phases(detail: dict[str, Any]) -> dict[str, Any]:
     """CRIU's own split of one dump (its `--display-stats`, as `checkpoint_end` carries
     them): the rows' columns, on every dump row whichever stage made it."""
@@ -100,6 +102,7 @@ def images_write_gbps(phases: dict[str, Any]) -> float | None:
     return int(pages) * PAGE_BYTES / seconds / 1e9
 
 
+# a dict: a trials row's columns
 def images_place(event: Any) -> dict[str, Any]:
     """Where a dump or restore event's images were, and on what file system (CRIU's
     checkpointer puts both on its events)."""
@@ -113,22 +116,18 @@ def restore_fork_s(restored: Any) -> float | None:
     return _s(restored.detail.get("forking_us")) if restored is not None else None
 
 
-def summarise_checkpoints(trials: pd.DataFrame) -> dict[str, Any]:
-    """Per workload: n, failed, median/min/max of dump seconds, freeze seconds, bytes."""
+def summarise_checkpoints(trials: pd.DataFrame) -> dict[str, CheckpointSummary]:
+    """Per workload (by its hash): n, failed, median/min/max of dump seconds, freeze
+    seconds, bytes."""
     rows = trials[trials["measure"] == "checkpoint"]
     ok = rows[rows["status"] == "ok"]
-    out: dict[str, Any] = {}
+    out: dict[str, CheckpointSummary] = {}
     for wl, mine in ok.groupby("workload_hash"):
-        entry: dict[str, Any] = {
-            "n": len(mine),
-            "failed": int(((rows["workload_hash"] == wl) & (rows["status"] == "failed")).sum()),
-        }
-        for column in ("dump_s", "freeze_s", "checkpoint_bytes"):
-            v = mine[column].dropna().astype(float)
-            entry[column] = (
-                {"median": float(v.median()), "min": float(v.min()), "max": float(v.max())}
-                if not v.empty
-                else None
-            )
-        out[str(wl)] = entry
+        out[str(wl)] = CheckpointSummary(
+            n=len(mine),
+            failed=int(((rows["workload_hash"] == wl) & (rows["status"] == "failed")).sum()),
+            dump_s=Spread.of(mine["dump_s"]),
+            freeze_s=Spread.of(mine["freeze_s"]),
+            checkpoint_bytes=Spread.of(mine["checkpoint_bytes"]),
+        )
     return out

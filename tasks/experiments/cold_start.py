@@ -28,6 +28,7 @@ import pandas as pd
 from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
 from tasks.data.gates import CheckResult, plain_check
+from tasks.data.jsonform import JsonForm
 from tasks.data.page_cache import judged
 from tasks.data.plan import Plan, Workload
 from tasks.data.runctx import RunContext
@@ -39,8 +40,9 @@ from tasks.engine.paths import images_roots, run_folder
 from tasks.experiments.backends.registry import STAGE_RUNNERS
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
 from tasks.experiments.clocks import same_clock_check
-from tasks.experiments.results import ColdStartResult, Failure, Restore
+from tasks.experiments.results import ColdStartResult, Failure, ImagesSummary, Restore
 from tasks.experiments.stats import compare_speedup, fit_throughput
+from tasks.experiments.stats_results import SpeedupComparison, ThroughputFit
 from tasks.experiments.trials import (
     arms_differ_only_in_managed,
     as_trials,
@@ -50,12 +52,25 @@ from tasks.experiments.trials import (
 GATE = "cold_start"
 
 
+@dataclass(frozen=True, slots=True)
+class ColdStartSummary(JsonForm):
+    """The judged speed-up, the warm one apart, the fitted restore GB/s, the page-cache
+    conditions timed, where the images were; and the run's failed rows."""
+
+    failed: int
+    speedup: SpeedupComparison | None
+    speedup_warm: SpeedupComparison | None
+    restore_throughput: ThroughputFit | None
+    page_cache: tuple[str, ...]
+    images: ImagesSummary | None
+
+
 @dataclass
 class ColdStartRun:
     trials: pd.DataFrame  # cold-start rows, then one checkpoint row per dump
     events: list[Event]
     run_dir: Path
-    summary: dict[str, Any]
+    summary: ColdStartSummary
     failures: list[dict[str, Any]]  # failed starts with the tail of the workload's log
 
 
@@ -116,7 +131,7 @@ def run_cold_start(
     )
 
 
-def _speedup(rows: pd.DataFrame, plan: Plan) -> dict[str, Any] | None:
+def _speedup(rows: pd.DataFrame, plan: Plan) -> SpeedupComparison | None:
     native = rows[rows["arm"] == UNMANAGED]["ready_s"].dropna().to_numpy()
     restore = rows[rows["arm"] == MANAGED]["ready_s"].dropna().to_numpy()
     if not len(native) or not len(restore):
@@ -130,29 +145,32 @@ def _speedup(rows: pd.DataFrame, plan: Plan) -> dict[str, Any] | None:
     )
 
 
-def summarise_cold_start(trials: pd.DataFrame, plan: Plan) -> dict[str, Any]:
+def summarise_cold_start(trials: pd.DataFrame, plan: Plan) -> ColdStartSummary:
     """The speed-up (native/restore ready seconds) with its CI and the plan's verdict, on
     the rows timed with the page cache dropped; the warm condition's apart, when the plan
     asks for it; restore seconds against checkpoint bytes as a fitted GB/s."""
     ok = trials[(trials["measure"] == "cold_start") & (trials["status"] == "ok")]
     rows = judged(ok)
     restore = rows[rows["arm"] == MANAGED]
-    out: dict[str, Any] = {"failed": int((trials["status"] == "failed").sum())}
-    out["speedup"] = _speedup(rows, plan)
     warm = ok[ok["page_cache"] == "warm"]
-    out["speedup_warm"] = _speedup(warm, plan) if len(warm) else None
     fit_rows = restore.dropna(subset=["checkpoint_bytes", "restore_s"])
-    out["restore_throughput"] = (
-        fit_throughput(fit_rows["checkpoint_bytes"].to_numpy(), fit_rows["restore_s"].to_numpy())
-        if len(fit_rows)
-        else None
+    return ColdStartSummary(
+        failed=int((trials["status"] == "failed").sum()),
+        speedup=_speedup(rows, plan),
+        speedup_warm=_speedup(warm, plan) if len(warm) else None,
+        restore_throughput=(
+            fit_throughput(
+                fit_rows["checkpoint_bytes"].to_numpy(), fit_rows["restore_s"].to_numpy()
+            )
+            if len(fit_rows)
+            else None
+        ),
+        page_cache=tuple(sorted(ok["page_cache"].dropna().unique())),
+        images=images_summary(restore),
     )
-    out["page_cache"] = sorted(ok["page_cache"].dropna().unique())
-    out["images"] = images_summary(restore)
-    return out
 
 
-def images_summary(restores: pd.DataFrame) -> dict[str, Any] | None:
+def images_summary(restores: pd.DataFrame) -> ImagesSummary | None:
     """Where the judged restores read their images, and their median restore GB/s beside
     the median plain read of the same bytes (efficiency: restore / read; 1.0 is the limit)."""
     rows = restores.dropna(subset=["restore_gbps"])
@@ -162,16 +180,16 @@ def images_summary(restores: pd.DataFrame) -> dict[str, Any] | None:
     restore_gbps = float(rows["restore_gbps"].median())
     raw_gbps = float(raw.median()) if len(raw) else None
     place = rows.iloc[0]
-    return {
-        "images_dir": place.get("images_dir") if isinstance(place.get("images_dir"), str) else None,
-        "images_fs": place.get("images_fs") if isinstance(place.get("images_fs"), str) else None,
-        "restore_gbps": restore_gbps,
-        "raw_read_gbps": raw_gbps,
-        "efficiency": restore_gbps / raw_gbps if raw_gbps else None,
-    }
+    return ImagesSummary(
+        images_dir=place.get("images_dir") if isinstance(place.get("images_dir"), str) else None,
+        images_fs=place.get("images_fs") if isinstance(place.get("images_fs"), str) else None,
+        restore_gbps=restore_gbps,
+        raw_read_gbps=raw_gbps,
+        efficiency=restore_gbps / raw_gbps if raw_gbps else None,
+    )
 
 
-def plot_restore_throughput(trials: pd.DataFrame, summary: dict[str, Any], path: Path) -> Path:
+def plot_restore_throughput(trials: pd.DataFrame, summary: ColdStartSummary, path: Path) -> Path:
     """Restore seconds against checkpoint bytes, with the fitted line: a PNG."""
     import matplotlib
 
@@ -182,14 +200,14 @@ def plot_restore_throughput(trials: pd.DataFrame, summary: dict[str, Any], path:
     rows = rows.dropna(subset=["checkpoint_bytes", "restore_s"])
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.scatter(rows["checkpoint_bytes"] / 1e6, rows["restore_s"], label="restores (measured)")
-    fit = summary.get("restore_throughput") or {}
-    if fit.get("gbps"):
+    fit = summary.restore_throughput
+    if fit is not None and fit.gbps:
         xs = sorted(rows["checkpoint_bytes"])
-        intercept = fit.get("intercept_s") or 0.0
+        intercept = fit.intercept_s or 0.0
         ax.plot(
             [x / 1e6 for x in xs],
-            [intercept + x / (fit["gbps"] * 1e9) for x in xs],
-            label=f"fit: {fit['gbps']:.2f} GB/s ({fit['method']})",
+            [intercept + x / (fit.gbps * 1e9) for x in xs],
+            label=f"fit: {fit.gbps:.2f} GB/s ({fit.method})",
         )
     ax.set_xlabel("checkpoint size (MB)")
     ax.set_ylabel("criu restore (s)")
@@ -243,13 +261,13 @@ def cold_start_result(
         poc=ctx.poc,
         run_id=ctx.run_id,
         starts=len(rows),
-        failed=int(run.summary["failed"]),
+        failed=run.summary.failed,
         failures=tuple(Failure.from_json(f) for f in run.failures),
         threshold=plan.success.cold_start_speedup.threshold,
-        speedup=run.summary["speedup"],
-        speedup_warm=run.summary["speedup_warm"],
-        restore_throughput=run.summary["restore_throughput"],
-        page_cache=tuple(run.summary["page_cache"]),
+        speedup=run.summary.speedup,
+        speedup_warm=run.summary.speedup_warm,
+        restore_throughput=run.summary.restore_throughput,
+        page_cache=run.summary.page_cache,
         restores=tuple(
             Restore(r.trial_id, r.ready_s, r.restore_s, r.checkpoint_bytes, r.restore_gbps)
             for r in restored.itertuples()
@@ -260,7 +278,7 @@ def cold_start_result(
         run_dir=str(run.run_dir),
         workload=timed.name,
         ready_signal=ready_signal(timed),
-        images=run.summary.get("images"),
+        images=run.summary.images,
     )
 
 

@@ -84,6 +84,7 @@ class WorkloadResult(JsonForm):
     reference_s: float | None = None
     cycle_rows: tuple[Mapping[str, Any], ...] = ()
 
+    # a dict: the JSON document `sweep --json` prints
     def sweep_json(self) -> dict[str, Any]:
         full = self.to_json()
         return {k: full[k] for k in SWEEP_KEYS}
@@ -137,6 +138,7 @@ class CompatibilityResult(JsonForm):
     files: tuple[str, ...]
     run_dir: str
 
+    # a dict: the JSON document `sweep --json` prints
     def sweep_json(self) -> dict[str, Any]:
         """Exactly what `ckpt-poc sweep --json` prints."""
         return {"workloads": [w.sweep_json() for w in self.workloads]}

@@ -19,7 +19,7 @@ Two variants, reported apart:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from tasks.engine.paths import images_roots, run_folder
 from tasks.experiments.backends.registry import STAGE_RUNNERS
 from tasks.experiments.checkpoints import checkpoint_rows, summarise_checkpoints
 from tasks.experiments.clocks import same_clock_check
-from tasks.experiments.results import Failure, OverheadResult
+from tasks.experiments.results import Failure, OverheadResult, VariantSummary
 from tasks.experiments.stats import compare_paired
 from tasks.experiments.trials import (
     arms_differ_only_in_managed,
@@ -109,40 +109,42 @@ def _pairs(rows: pd.DataFrame) -> pd.DataFrame:
     return wide.dropna(subset=[c for c in (MANAGED, UNMANAGED) if c in wide.columns])
 
 
-def summarise_overhead(trials: pd.DataFrame, plan: Plan) -> dict[str, Any]:
-    """Per variant: the paired comparison of run time, managed vs unmanaged
-    (tasks.experiments.stats); the plan's overhead threshold judges the steady variant only."""
-    out: dict[str, Any] = {}
+def summarise_overhead(trials: pd.DataFrame, plan: Plan) -> dict[str, VariantSummary]:
+    """Per variant (the variants run, in VARIANTS' order): the paired comparison of run time,
+    managed vs unmanaged (tasks.experiments.stats); the plan's overhead threshold judges the
+    steady variant only."""
+    out: dict[str, VariantSummary] = {}
     rows = trials[trials["measure"] == "overhead"]
     for variant in VARIANTS:
         mine = rows[rows["variant"] == variant]
         if mine.empty:
             continue
         wide = _pairs(mine)
-        entry: dict[str, Any] = {
-            "runs": len(mine),
-            "failed": int((mine["status"] == "failed").sum()),
-            "steps_per_s_median": {
-                arm: _median(mine[(mine["arm"] == arm) & (mine["status"] == "ok")]["steps_per_s"])
-                for arm in (MANAGED, UNMANAGED)
-            },
-        }
+        comparison = None
         if {MANAGED, UNMANAGED} <= set(wide.columns) and len(wide) >= 1:
-            entry["comparison"] = compare_paired(
+            comparison = compare_paired(
                 wide[MANAGED].to_numpy(),
                 wide[UNMANAGED].to_numpy(),
                 threshold_pct=plan.success.overhead_pct.threshold,
             )
-        else:
-            entry["comparison"] = None
+        note = None
         if variant == "checkpointing":
-            entry["note"] = (
+            note = (
                 f"the cost of checkpointing every {plan.checkpointer.interval_s} s, "
                 "not steady-state overhead; the plan's threshold does not judge it"
             )
-            if entry["comparison"]:
-                entry["comparison"]["verdict"] = "not judged"
-        out[variant] = entry
+            if comparison is not None:
+                comparison = replace(comparison, verdict="not judged")
+        out[variant] = VariantSummary(
+            runs=len(mine),
+            failed=int((mine["status"] == "failed").sum()),
+            steps_per_s_median={
+                arm: _median(mine[(mine["arm"] == arm) & (mine["status"] == "ok")]["steps_per_s"])
+                for arm in (MANAGED, UNMANAGED)
+            },
+            comparison=comparison,
+            note=note,
+        )
     return out
 
 

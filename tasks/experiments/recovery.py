@@ -130,6 +130,7 @@ def preflight(setup: TrialSetup, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> Pref
     return setup.cluster.preflight(setup.ctx, timeout_s, queue_timeout_s=setup.timeout_s)
 
 
+# a dict: a trials row, for a DataFrame
 def run_one_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
     """The trial's row; a trial that raises all the same (a defect, not a result) gives
     a failed row with the error, and the other trials still run."""

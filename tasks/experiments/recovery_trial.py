@@ -77,6 +77,7 @@ class Moments:
     stopped: Event | None = None
 
 
+# a dict: a trials row, for a DataFrame
 def base_row(
     setup: TrialSetup, fault: str, arm: str, repeat: int, node: str, includes: str
 ) -> dict[str, Any]:
@@ -212,6 +213,7 @@ def journal_step(rec: EventRecorder, trial: str, arm: str, step: str) -> Iterato
         rec.record(trial, arm, Ev.TRIAL_STEP, step=step, status=status, s=time.monotonic() - t0)
 
 
+# a dict: a trials row, for a DataFrame
 def run_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
     """One trial on the plan's cluster, both arms on the plan's first node: the copy
     launched, the fault delivered once it reached the fault step, the copy brought back

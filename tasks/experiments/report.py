@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,12 @@ from tasks.data import render
 from tasks.data.arms import MANAGED
 from tasks.data.render import fixed, markdown_table, pct, sig
 from tasks.data.slurm_states import NO_STATE
-from tasks.experiments.results import Failure, OverheadResult, RecoveryResult
+from tasks.experiments.results import (
+    CheckpointSummary,
+    Failure,
+    OverheadResult,
+    RecoveryResult,
+)
 
 
 def _state_note(state: str) -> str:
@@ -44,7 +49,7 @@ _MEASURE_TITLES = {
 
 
 def _not_computed(result: BaselineResult) -> dict[str, str]:
-    return result.summary.get("not_computed") or {}
+    return dict(result.summary.not_computed)
 
 
 def not_computed_lines(result: BaselineResult) -> list[str]:
@@ -88,8 +93,8 @@ def _hours(value: float | None) -> str:
 
 def exposure_rows(result: BaselineResult) -> list[dict[str, Any]]:
     s = result.summary
-    node_hours = s["node_hours_by_state"]
-    gpu_hours = s["gpu_hours_by_state"]
+    node_hours = s.node_hours_by_state
+    gpu_hours = s.gpu_hours_by_state
     return [
         {
             "state": state,
@@ -98,7 +103,7 @@ def exposure_rows(result: BaselineResult) -> list[dict[str, Any]]:
             "gpu_hours": NOT_COMPUTED if gpu_hours is None else round(gpu_hours[state], 3),
             "counts_as": _state_note(state),
         }
-        for state, n in s["allocations_by_state"].items()
+        for state, n in s.allocations_by_state.items()
     ]
 
 
@@ -119,11 +124,11 @@ def exposure_table(result: BaselineResult) -> Table:
             _cell(row["gpu_hours"]),
             row["counts_as"],
         )
-    chains = s["chains"]
+    chains = s.chains
     caption = [
-        f"rows read {s['rows_read']}, quarantined {s['rows_quarantined']}, duplicate captures "
+        f"rows read {s.rows_read}, quarantined {s.rows_quarantined}, duplicate captures "
         f"ignored {result.exposure.duplicates_ignored} · exposed GPU-h "
-        f"{_hours(s['exposed_gpu_hours'])} (time limit alone {_hours(s['timeout_gpu_hours'])})"
+        f"{_hours(s.exposed_gpu_hours)} (time limit alone {_hours(s.timeout_gpu_hours)})"
         f" · resubmission chains {NOT_COMPUTED if chains is None else len(chains)}",
         *not_computed_lines(result),
     ]
@@ -169,7 +174,7 @@ def baseline_markdown(result: BaselineResult) -> str:
     lines = [
         f"# Baseline exposure ({result.source})",
         "",
-        f"Rows read **{s['rows_read']}**, quarantined **{s['rows_quarantined']}** "
+        f"Rows read **{s.rows_read}**, quarantined **{s.rows_quarantined}** "
         f"(see the `quarantine` dataset), duplicate captures ignored "
         f"{result.exposure.duplicates_ignored}. All figures are measured from accounting.",
         "",
@@ -195,11 +200,11 @@ def baseline_markdown(result: BaselineResult) -> str:
         ],
         "lrrrl",
     )
-    chains = s["chains"]
+    chains = s.chains
     lines += [
         "",
-        f"**Exposed GPU-hours: {_hours(s['exposed_gpu_hours'])}** "
-        f"({', '.join(EXPOSED_STATES)}); time limit alone: {_hours(s['timeout_gpu_hours'])}.",
+        f"**Exposed GPU-hours: {_hours(s.exposed_gpu_hours)}** "
+        f"({', '.join(EXPOSED_STATES)}); time limit alone: {_hours(s.timeout_gpu_hours)}.",
         f"Resubmission chains: {NOT_COMPUTED if chains is None else len(chains)}.",
         "",
         "## Candidate workloads",
@@ -404,33 +409,31 @@ def overhead_lines(result: OverheadResult) -> list[str]:
     """The overhead result as plain sentences (terminal and markdown alike)."""
     lines = []
     for variant, v in result.variants.items():
-        c = v["comparison"]
-        head = f"{variant}: {v['runs']} runs, {v['failed']} failed"
+        c = v.comparison
+        head = f"{variant}: {v.runs} runs, {v.failed} failed"
         if c is None:
             lines.append(f"{head}; no complete pair to compare")
             continue
         lines.append(
-            f"{head}; managed vs unmanaged run time over {c['n']} pairs: median "
-            f"{pct(c['overhead_pct'])} (95% CI {pct(c['ci_low_pct'])} … "
-            f"{pct(c['ci_high_pct'])}), {c['method']} p={c['p_value']:.3g} → "
-            f"{c['difference']}; minimum detectable effect "
-            + ("— (too few pairs)" if c["mde_pct"] is None else f"{c['mde_pct']:.2f} %")
+            f"{head}; managed vs unmanaged run time over {c.n} pairs: median "
+            f"{pct(c.overhead_pct)} (95% CI {pct(c.ci_low_pct)} … "
+            f"{pct(c.ci_high_pct)}), {c.method} p={c.p_value:.3g} → "
+            f"{c.difference}; minimum detectable effect "
+            + ("— (too few pairs)" if c.mde_pct is None else f"{c.mde_pct:.2f} %")
         )
         if variant == "steady":
-            lines.append(
-                f"  verdict vs {result.threshold_pct} %: {c['verdict']} ({c['verdict_reason']})"
-            )
+            lines.append(f"  verdict vs {result.threshold_pct} %: {c.verdict} ({c.verdict_reason})")
         else:
-            lines.append(f"  {v['note']}")
-        if c.get("spread_warning"):
-            lines.append(f"  warning: {c['spread_warning']}")
+            lines.append(f"  {v.note}")
+        if c.spread_warning:
+            lines.append(f"  warning: {c.spread_warning}")
     return lines
 
 
 def overhead_verdicts(result: OverheadResult) -> list[str]:
     """The plan's overhead criterion, judged on the steady variant only."""
     steady = result.variants.get("steady")
-    c = steady["comparison"] if steady else None
+    c = steady.comparison if steady else None
     threshold = f"{result.threshold_pct:g} %"
     if c is None:
         return [
@@ -447,11 +450,11 @@ def overhead_verdicts(result: OverheadResult) -> list[str]:
         verdict_line(
             "steady-state overhead",
             "median",
-            pct(c["overhead_pct"]),
+            pct(c.overhead_pct),
             threshold,
-            c["verdict"],
-            detail=f"95% CI {pct(c['ci_low_pct'])} … {pct(c['ci_high_pct'])}, {c['n']} pairs; "
-            f"{c['verdict_reason']}",
+            c.verdict,
+            detail=f"95% CI {pct(c.ci_low_pct)} … {pct(c.ci_high_pct)}, {c.n} pairs; "
+            f"{c.verdict_reason}",
             by_ci=True,
         )
     ]
@@ -477,18 +480,19 @@ def overhead_markdown(result: OverheadResult) -> str:
     return "\n".join(lines)
 
 
-def checkpoint_lines(checkpoints: dict[str, Any]) -> list[str]:
+def checkpoint_lines(checkpoints: Mapping[str, CheckpointSummary]) -> list[str]:
     lines = []
     for workload, c in checkpoints.items():
-        if not c["dump_s"]:
-            lines.append(f"- workload {workload}: {c['n']} dumps, {c['failed']} failed")
+        if not c.dump_s:
+            lines.append(f"- workload {workload}: {c.n} dumps, {c.failed} failed")
             continue
-        freeze = c["freeze_s"]["median"] if c["freeze_s"] else None
+        freeze = c.freeze_s.median if c.freeze_s else None
+        image_mb = c.checkpoint_bytes.median / 1e6 if c.checkpoint_bytes else None
         lines.append(
-            f"- workload {workload}: {c['n']} dumps ({c['failed']} failed); median dump "
-            f"{c['dump_s']['median']:.3f} s (min {c['dump_s']['min']:.3f}, max "
-            f"{c['dump_s']['max']:.3f}), frozen {fixed(freeze)} s, image "
-            f"{c['checkpoint_bytes']['median'] / 1e6:.1f} MB"
+            f"- workload {workload}: {c.n} dumps ({c.failed} failed); median dump "
+            f"{c.dump_s.median:.3f} s (min {c.dump_s.min:.3f}, max "
+            f"{c.dump_s.max:.3f}), frozen {fixed(freeze)} s, image "
+            f"{image_mb:.1f} MB"
         )
     return lines or ["- none"]
 

@@ -20,30 +20,29 @@ def cold_start_lines(result: ColdStartResult) -> list[str]:
         if s is None:
             lines.extend([] if cond else ["no native and restored start to compare"])
             continue
-        for label, arm in (("native launch → ready", "native"), ("restore → ready", "restore")):
-            a = s[arm]
+        for label, a in (("native launch → ready", s.native), ("restore → ready", s.restore)):
             lines.append(
-                f"{cond}{label}: n={a['n']}, median {fixed(a['median'])} s "
-                f"(min {fixed(a['min'])}, max {fixed(a['max'])})"
+                f"{cond}{label}: n={a.n}, median {fixed(a.median)} s "
+                f"(min {fixed(a.min)}, max {fixed(a.max)})"
             )
         lines.append(
-            f"{cond}speed-up (native/restore, {s['statistic']}): {fixed(s['speedup'], 2)}× "
-            f"(95% CI {fixed(s['ci_low'], 2)} … {fixed(s['ci_high'], 2)}); verdict vs "
-            f"{result.threshold}×: {s['verdict']} ({s['verdict_reason']})"
+            f"{cond}speed-up (native/restore, {s.statistic}): {fixed(s.speedup, 2)}× "
+            f"(95% CI {fixed(s.ci_low, 2)} … {fixed(s.ci_high, 2)}); verdict vs "
+            f"{result.threshold}×: {s.verdict} ({s.verdict_reason})"
         )
     fit = result.restore_throughput
     if fit:
         lines.append(
-            f"restore throughput: {fixed(fit['gbps'], 2)} GB/s ({fit['method']}, n={fit['n']})"
-            + (f"; {fit['note']}" if fit.get("note") else "")
+            f"restore throughput: {fixed(fit.gbps, 2)} GB/s ({fit.method}, n={fit.n})"
+            + (f"; {fit.note}" if fit.note else "")
         )
     images = result.images
     if images:
         lines.append(
-            f"images in {images['images_dir']} ({images['images_fs'] or 'file system unknown'}):"
-            f" restore {fixed(images['restore_gbps'], 2)} GB/s against a plain read of the same "
-            f"bytes at {fixed(images['raw_read_gbps'], 2)} GB/s (medians; efficiency "
-            f"{fixed(images['efficiency'], 2)}, 1.0 = as fast as reading them)"
+            f"images in {images.images_dir} ({images.images_fs or 'file system unknown'}):"
+            f" restore {fixed(images.restore_gbps, 2)} GB/s against a plain read of the same "
+            f"bytes at {fixed(images.raw_read_gbps, 2)} GB/s (medians; efficiency "
+            f"{fixed(images.efficiency, 2)}, 1.0 = as fast as reading them)"
         )
     lines.append(f"page cache before each timed start: {', '.join(result.page_cache)}")
     return lines
@@ -67,14 +66,13 @@ def cold_start_verdicts(result: ColdStartResult) -> list[str]:
     return [
         verdict_line(
             "cold-start speed-up (native launch / restore)",
-            s["statistic"],
-            f"{fixed(s['speedup'], 2)}×",
+            s.statistic,
+            f"{fixed(s.speedup, 2)}×",
             threshold,
-            s["verdict"],
+            s.verdict,
             at_most=False,
             by_ci=True,
-            detail=f"95% CI {fixed(s['ci_low'], 2)} … {fixed(s['ci_high'], 2)}; "
-            f"{s['verdict_reason']}",
+            detail=f"95% CI {fixed(s.ci_low, 2)} … {fixed(s.ci_high, 2)}; {s.verdict_reason}",
         )
     ]
 

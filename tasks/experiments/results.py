@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.data.jsonform import JsonForm
+from tasks.experiments.stats_results import PairedComparison, SpeedupComparison, ThroughputFit
 
 STATS_KEYS = ("n", "median", "p90", "min", "max")
 # The measures a recovery summary gives per fault and arm, each as Stats.
@@ -153,6 +154,74 @@ class RecoveryResult(JsonForm):
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Spread(JsonForm):
+    """Median, min and max of one measure's values."""
+
+    median: float
+    min: float
+    max: float
+
+    @classmethod
+    def of(cls, values: pd.Series) -> Spread | None:
+        v = values.dropna().astype(float)
+        return None if v.empty else cls(float(v.median()), float(v.min()), float(v.max()))
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> Spread | None:
+        return cls(d["median"], d["min"], d["max"]) if d else None
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSummary(JsonForm):
+    """One workload's dumps: how many, how many failed, and the ok ones' dump seconds,
+    freeze seconds and image bytes (None without an ok dump that has them)."""
+
+    n: int
+    failed: int
+    dump_s: Spread | None
+    freeze_s: Spread | None
+    checkpoint_bytes: Spread | None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> CheckpointSummary:
+        return cls(
+            int(d.get("n", 0)),
+            int(d.get("failed", 0)),
+            Spread.from_json(d.get("dump_s")),
+            Spread.from_json(d.get("freeze_s")),
+            Spread.from_json(d.get("checkpoint_bytes")),
+        )
+
+
+def checkpoints_from_json(d: Mapping[str, Any]) -> dict[str, CheckpointSummary]:
+    """A result's ``checkpoints`` read back: by workload hash."""
+    return {wl: CheckpointSummary.from_json(c) for wl, c in d.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class VariantSummary(JsonForm):
+    """One overhead variant (steady, checkpointing): its runs, the median steps/s per arm,
+    the paired comparison (None without a complete pair) and, unjudged variants only, why."""
+
+    runs: int
+    failed: int
+    steps_per_s_median: Mapping[str, float | None]  # a dict: by arm
+    comparison: PairedComparison | None
+    note: str | None = None
+    _OMIT_NONE = ("note",)  # the steady variant has no note key
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> VariantSummary:
+        return cls(
+            runs=int(d.get("runs", 0)),
+            failed=int(d.get("failed", 0)),
+            steps_per_s_median=dict(d.get("steps_per_s_median", {})),
+            comparison=PairedComparison.from_json(d.get("comparison")),
+            note=d.get("note"),
+        )
+
+
 @dataclass(frozen=True)
 class OverheadResult(JsonForm):
     """An overhead run: interleaved runs counted, per variant (steady, checkpointed) the
@@ -164,8 +233,8 @@ class OverheadResult(JsonForm):
     failed: int
     failures: tuple[Failure, ...]
     threshold_pct: float
-    variants: Mapping[str, Any]  # tasks.experiments.overhead.summarise_overhead
-    checkpoints: Mapping[str, Any]  # tasks.experiments.checkpoints.summarise_checkpoints
+    variants: Mapping[str, VariantSummary]  # a dict: by variant (overhead.summarise_overhead)
+    checkpoints: Mapping[str, CheckpointSummary]  # a dict: by workload hash
     trials_files: tuple[str, ...] = ()
     run_dir: str = ""
 
@@ -178,8 +247,10 @@ class OverheadResult(JsonForm):
             failed=int(d.get("failed", 0)),
             failures=tuple(Failure.from_json(f) for f in d.get("failures", ())),
             threshold_pct=float(d["threshold_pct"]),
-            variants=d.get("variants", {}),
-            checkpoints=d.get("checkpoints", {}),
+            variants={
+                name: VariantSummary.from_json(v) for name, v in d.get("variants", {}).items()
+            },
+            checkpoints=checkpoints_from_json(d.get("checkpoints", {})),
             trials_files=tuple(d.get("trials_files", ())),
             run_dir=str(d.get("run_dir", "")),
         )
@@ -201,6 +272,25 @@ class Restore(JsonForm):
         return cls(str(d["trial_id"]), *(d.get(k) for k in keys))
 
 
+@dataclass(frozen=True, slots=True)
+class ImagesSummary(JsonForm):
+    """Where the judged restores read their images, their median restore GB/s beside the
+    median plain read of the same bytes, and restore / read (1.0 is the limit)."""
+
+    images_dir: str | None
+    images_fs: str | None
+    restore_gbps: float
+    raw_read_gbps: float | None
+    efficiency: float | None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any] | None) -> ImagesSummary | None:
+        if not d:
+            return None
+        keys = ("images_fs", "restore_gbps", "raw_read_gbps", "efficiency")
+        return cls(d.get("images_dir"), *(d.get(k) for k in keys))
+
+
 @dataclass(frozen=True)
 class ColdStartResult(JsonForm):
     """A cold-start run: native launches and restores timed to the same ready event, the
@@ -212,20 +302,20 @@ class ColdStartResult(JsonForm):
     failed: int  # every failed row of the run (starts and checkpoints)
     failures: tuple[Failure, ...]
     threshold: float
-    speedup: Mapping[str, Any] | None  # tasks.experiments.stats.compare_speedup
-    restore_throughput: Mapping[str, Any] | None  # tasks.experiments.stats.fit_throughput
+    speedup: SpeedupComparison | None
+    restore_throughput: ThroughputFit | None
     page_cache: tuple[str, ...]
     restores: tuple[Restore, ...]
-    checkpoints: Mapping[str, Any]
+    checkpoints: Mapping[str, CheckpointSummary]  # a dict: by workload hash
     plot: str
     trials_files: tuple[str, ...] = ()
     run_dir: str = ""
     # The warm condition's speed-up, when the plan asks for it (never judged).
-    speedup_warm: Mapping[str, Any] | None = None
+    speedup_warm: SpeedupComparison | None = None
     workload: str = ""  # the workload timed (cold_start.workload)
     ready_signal: str = ""  # what ended both clocks: its ready probe, or its first progress line
     # Where the images were, restore GB/s beside a plain read's (cold_start.images_summary).
-    images: Mapping[str, Any] | None = None
+    images: ImagesSummary | None = None
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> ColdStartResult:
@@ -236,16 +326,16 @@ class ColdStartResult(JsonForm):
             failed=int(d.get("failed", 0)),
             failures=tuple(Failure.from_json(f) for f in d.get("failures", ())),
             threshold=float(d["threshold"]),
-            speedup=d.get("speedup"),
-            restore_throughput=d.get("restore_throughput"),
+            speedup=SpeedupComparison.from_json(d.get("speedup")),
+            restore_throughput=ThroughputFit.from_json(d.get("restore_throughput")),
             page_cache=tuple(d.get("page_cache", ())),
             restores=tuple(Restore.from_json(r) for r in d.get("restores", ())),
-            checkpoints=d.get("checkpoints", {}),
+            checkpoints=checkpoints_from_json(d.get("checkpoints", {})),
             plot=str(d.get("plot", "")),
             trials_files=tuple(d.get("trials_files", ())),
             run_dir=str(d.get("run_dir", "")),
-            speedup_warm=d.get("speedup_warm"),
+            speedup_warm=SpeedupComparison.from_json(d.get("speedup_warm")),
             workload=str(d.get("workload", "")),
             ready_signal=str(d.get("ready_signal", "")),
-            images=d.get("images"),
+            images=ImagesSummary.from_json(d.get("images")),
         )

@@ -8,8 +8,9 @@ have seen at all. Cold start compares two unpaired samples (native launch vs res
 each arm is resampled on its own. Restore counts get a Wilson score interval.
 
 The bootstrap, the permutation test, the signed ranks and the Wilson interval are
-``scipy.stats``'s. Every result is JSON-serialisable (plain float/int/str/bool/None, lists
-and dicts of them; never NaN).
+``scipy.stats``'s. Every result is a frozen dataclass (tasks.experiments.stats_results)
+whose ``to_json`` is JSON-serialisable (plain float/int/str/bool/None, lists and dicts of
+them; never NaN).
 """
 
 from __future__ import annotations
@@ -24,6 +25,14 @@ from scipy import stats
 
 from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
+from tasks.experiments.stats_results import (
+    ArmSummary,
+    PairedComparison,
+    PairedTest,
+    SignedRanks,
+    SpeedupComparison,
+    ThroughputFit,
+)
 
 GB = 1e9  # decimal, as in the benchmarks
 EXACT_MAX_N = 16  # 2**16 sign patterns x 16 pairs: about 1 M floats, milliseconds
@@ -139,20 +148,15 @@ def paired_ratios(managed: ArrayLike, unmanaged: ArrayLike) -> np.ndarray:
     return m / u
 
 
-def _wilcoxon(d: np.ndarray) -> dict[str, Any]:
+def _wilcoxon(d: np.ndarray) -> SignedRanks:
     """Wilcoxon signed-rank statistics of differences ``d`` (zeros dropped, ties averaged)."""
     nz = d[d != 0]
     if len(nz) == 0:
-        return {"wilcoxon_w": 0.0, "wilcoxon_w_plus": 0.0, "wilcoxon_w_minus": 0.0, "wilcoxon_n": 0}
+        return SignedRanks(0.0, 0.0, 0.0, 0)
     ranks = stats.rankdata(np.abs(nz))  # ties share their average rank
     w_plus = float(ranks[nz > 0].sum())
     w_minus = float(ranks[nz < 0].sum())
-    return {
-        "wilcoxon_w": min(w_plus, w_minus),  # the two-sided statistic, as tables use it
-        "wilcoxon_w_plus": w_plus,
-        "wilcoxon_w_minus": w_minus,
-        "wilcoxon_n": len(nz),
-    }
+    return SignedRanks(min(w_plus, w_minus), w_plus, w_minus, len(nz))
 
 
 def _abs_sum_in(scale: float) -> Statistic:
@@ -173,7 +177,7 @@ def paired_test(
     seed: int = 0,
     n_random: int = RANDOM_FLIPS,
     exact_max_n: int = EXACT_MAX_N,
-) -> dict[str, Any]:
+) -> PairedTest:
     """Two-sided sign-flip permutation test of "no difference" on the log ratios.
 
     Under the null, each pair's log ratio is as likely negative as positive, so flipping
@@ -209,16 +213,20 @@ def paired_test(
             f"sign-flip permutation test on log ratios ({n_random} random sign patterns, "
             f"seed {seed})"
         )
-    return {
-        "method": method,
-        "n": n,
-        "exact": exact,
-        "n_permutations": n_perm,
-        "mean_log_ratio": observed / n,
-        "geometric_mean_ratio": math.exp(observed / n),
-        "p_value": float(min(1.0, p)),
-        **_wilcoxon(d),
-    }
+    ranks = _wilcoxon(d)
+    return PairedTest(
+        method=method,
+        n=n,
+        exact=exact,
+        n_permutations=n_perm,
+        mean_log_ratio=observed / n,
+        geometric_mean_ratio=math.exp(observed / n),
+        p_value=float(min(1.0, p)),
+        wilcoxon_w=ranks.w,
+        wilcoxon_w_plus=ranks.w_plus,
+        wilcoxon_w_minus=ranks.w_minus,
+        wilcoxon_n=ranks.n,
+    )
 
 
 def wilson_interval(k: int, n: int, confidence: float = 0.95) -> tuple[float, float] | None:
@@ -334,7 +342,7 @@ def compare_paired(
     alpha: float = ALPHA,
     n_resamples: int = 10_000,
     seed: int = 0,
-) -> dict[str, Any]:
+) -> PairedComparison:
     """Steady-state overhead of managed over unmanaged run times (one value per pair).
 
     Overhead per pair = (managed / unmanaged - 1) * 100. The verdict is against
@@ -366,29 +374,29 @@ def compare_paired(
     width = ci[1] - ci[0]
     if max_ci_width_pct is not None and width > max_ci_width_pct:
         warnings.append(f"CI width {width:.3g} % exceeds max_ci_width_pct {max_ci_width_pct:g} %")
-    p = test["p_value"]
+    p = test.p_value
     difference, why = _difference(p, ci, alpha)
 
-    return {
-        "n": n,
-        "statistic": "median",
-        "overhead_pct": centre,
-        "ci_low_pct": ci[0],
-        "ci_high_pct": ci[1],
-        "confidence": confidence,
-        "ci_method": f"percentile bootstrap of the median, {n_resamples} resamples, seed {seed}",
-        "p_value": p,
-        "method": test["method"],
-        "wilcoxon_w": test["wilcoxon_w"],
-        "mde_pct": mde,
-        "threshold_pct": float(threshold_pct),
-        "spread_warning": "; ".join(warnings) or None,
-        "verdict": verdict,
-        "verdict_reason": reason,
-        "difference": difference,
-        "difference_reason": why,
-        "pairs_overhead_pct": [float(x) for x in overhead],
-    }
+    return PairedComparison(
+        n=n,
+        statistic="median",
+        overhead_pct=centre,
+        ci_low_pct=ci[0],
+        ci_high_pct=ci[1],
+        confidence=confidence,
+        ci_method=f"percentile bootstrap of the median, {n_resamples} resamples, seed {seed}",
+        p_value=p,
+        method=test.method,
+        wilcoxon_w=test.wilcoxon_w,
+        mde_pct=mde,
+        threshold_pct=float(threshold_pct),
+        spread_warning="; ".join(warnings) or None,
+        verdict=verdict,
+        verdict_reason=reason,
+        difference=difference,
+        difference_reason=why,
+        pairs_overhead_pct=tuple(float(x) for x in overhead),
+    )
 
 
 _STATISTICS: dict[str, Statistic] = {"median": np.median, "mean": np.mean}
@@ -409,13 +417,8 @@ def _two_or_more(arr: np.ndarray) -> np.ndarray:
     return np.repeat(arr, 2) if len(arr) == 1 else arr
 
 
-def _arm_summary(arr: np.ndarray) -> dict[str, Any]:
-    return {
-        "n": len(arr),
-        "median": float(np.median(arr)),
-        "min": float(arr.min()),
-        "max": float(arr.max()),
-    }
+def _arm_summary(arr: np.ndarray) -> ArmSummary:
+    return ArmSummary(len(arr), float(np.median(arr)), float(arr.min()), float(arr.max()))
 
 
 def compare_speedup(
@@ -428,7 +431,7 @@ def compare_speedup(
     n_resamples: int = 10_000,
     seed: int = 0,
     min_per_arm: int = MIN_PER_ARM,
-) -> dict[str, Any]:
+) -> SpeedupComparison:
     """Cold-start speed-up = statistic(native ready s) / statistic(restore ready s).
 
     The arms are separate launches, not pairs, so the CI resamples each arm on its own
@@ -464,28 +467,28 @@ def compare_speedup(
         verdict, reason = "not met", f"CI upper bound {hi:.3g}x < threshold {threshold:g}x"
     else:
         verdict, reason = "undecided", f"CI [{lo:.3g}, {hi:.3g}]x contains {threshold:g}x"
-    return {
-        "native": _arm_summary(native),
-        "restore": _arm_summary(restore),
-        "statistic": statistic,
-        "speedup": speedup,
-        "ci_low": lo,
-        "ci_high": hi,
-        "confidence": confidence,
-        "ci_method": (
+    return SpeedupComparison(
+        native=_arm_summary(native),
+        restore=_arm_summary(restore),
+        statistic=statistic,
+        speedup=speedup,
+        ci_low=lo,
+        ci_high=hi,
+        confidence=confidence,
+        ci_method=(
             f"percentile bootstrap of the ratio of {statistic}s, arms resampled independently, "
             f"{n_resamples} resamples, seed {seed}"
         ),
-        "threshold": float(threshold),
-        "verdict": verdict,
-        "verdict_reason": reason,
-    }
+        threshold=float(threshold),
+        verdict=verdict,
+        verdict_reason=reason,
+    )
 
 
 SPREAD_FOR_FIT = 1.5
 
 
-def fit_throughput(bytes_: ArrayLike, seconds: ArrayLike) -> dict[str, Any]:
+def fit_throughput(bytes_: ArrayLike, seconds: ArrayLike) -> ThroughputFit:
     """Throughput from (bytes, seconds) pairs: least squares seconds = a + bytes / rate.
 
     The intercept is the fixed cost per operation (process set-up, metadata); the slope's
@@ -499,17 +502,17 @@ def fit_throughput(bytes_: ArrayLike, seconds: ArrayLike) -> dict[str, Any]:
     # Sizes within a factor of SPREAD_FOR_FIT of each other (repeats of one workload differ
     # by a few kB) give a slope that is all noise: use the plain ratio instead.
     if len(np.unique(b)) < 2 or b.max() < SPREAD_FOR_FIT * b.min():
-        return {
-            "method": "ratio",
-            "gbps": float(b.sum() / s.sum() / GB),
-            "intercept_s": None,
-            "r2": None,
-            "n": n,
-            "note": (
+        return ThroughputFit(
+            method="ratio",
+            gbps=float(b.sum() / s.sum() / GB),
+            intercept_s=None,
+            r2=None,
+            n=n,
+            note=(
                 f"sizes span less than {SPREAD_FOR_FIT}x: total bytes / total seconds, "
                 "no intercept (vary the checkpoint size to separate the fixed cost)"
             ),
-        }
+        )
     slope, intercept = np.polyfit(b, s, 1)  # s per byte, s
     resid = s - (intercept + slope * b)
     ss_tot = float(((s - s.mean()) ** 2).sum())
@@ -517,11 +520,11 @@ def fit_throughput(bytes_: ArrayLike, seconds: ArrayLike) -> dict[str, Any]:
     note = None
     if slope <= 0:
         note = "time does not grow with size (slope <= 0): no rate can be derived"
-    return {
-        "method": "least squares",
-        "gbps": float(1 / (slope * GB)) if slope > 0 else None,
-        "intercept_s": float(intercept),
-        "r2": r2,
-        "n": n,
-        "note": note,
-    }
+    return ThroughputFit(
+        method="least squares",
+        gbps=float(1 / (slope * GB)) if slope > 0 else None,
+        intercept_s=float(intercept),
+        r2=r2,
+        n=n,
+        note=note,
+    )

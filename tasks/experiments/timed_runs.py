@@ -35,6 +35,7 @@ class StartFailed(CkptPocError):
     """A start that cannot give a number; its row says why."""
 
 
+# a dict: a trials row, for a DataFrame
 def overhead_row(
     plan: Plan, variant: str, pair: int, arm: str, node: str, includes: str
 ) -> dict[str, Any]:
@@ -92,11 +93,13 @@ def cold_start_trial(page_cache: str, repeat: int) -> str:
     return f"cold-{repeat}" if page_cache == "dropped" else f"cold-{page_cache}-{repeat}"
 
 
+# a dict: a trials row's columns
 def cache_columns(cache: CacheState) -> dict[str, Any]:
     """A row's page-cache columns: its state before the start and how it was dropped."""
     return {"page_cache": cache.state, "page_cache_drop": cache.drop}
 
 
+# a dict: a trials row, for a DataFrame
 def cold_start_row(
     plan: Plan, trial: str, arm: str, repeat: int, node: str, includes: str
 ) -> dict[str, Any]:
@@ -164,6 +167,7 @@ def wait_for_ready(
     )  # fmt: skip
 
 
+# a dict: a trials row's columns
 def restored_numbers(
     image_bytes: int, started: Event, restored: Event, ready: Event
 ) -> dict[str, Any]:
@@ -184,6 +188,7 @@ def restored_numbers(
     }
 
 
+# a dict: a trials row's columns (none when the images are out of sight)
 def raw_read_numbers(images: Path, page_cache: str) -> dict[str, Any]:
     """After a restore, outside its clock: a plain read of the same images with the cache as
     the restore found it (``raw_read_gbps``); nothing when the harness cannot see them (a

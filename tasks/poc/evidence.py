@@ -47,7 +47,7 @@ class Evidence:
         return read_dataset(TRIALS, data_dir=self.data_dir, poc=self.poc, columns=columns)
 
     @cached_property
-    def window(self) -> dict[str, Any]:
+    def window(self) -> WindowProgress:
         return window_progress(self.data_dir, self.poc)
 
     def good(self, stage: str) -> list[dict[str, Any]]:
@@ -134,13 +134,33 @@ class Evidence:
         return None
 
 
-def window_progress(data_dir: str | Path, poc: str) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class WindowProgress:
+    """The window so far: the weeks with committed samples and the gaps on record."""
+
+    weeks: tuple[str, ...]
+    gap_s: float
+    gap_rows: int
+
+    @property
+    def weeks_sampled(self) -> int:
+        return len(self.weeks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "weeks_sampled": self.weeks_sampled,
+            "weeks": list(self.weeks),
+            "gap_s": self.gap_s,
+            "gap_rows": self.gap_rows,
+        }
+
+
+def window_progress(data_dir: str | Path, poc: str) -> WindowProgress:
     """Weeks with committed samples (their week partitions) and the gap seconds on record."""
     weeks = sorted({week_of_path(f) for f in dataset_files(data_dir, poc, SAMPLES)})
     gaps = read_dataset(SAMPLE_GAPS, data_dir=data_dir, poc=poc, columns=["gap_s"])
-    return {
-        "weeks_sampled": len(weeks),
-        "weeks": weeks,
-        "gap_s": float(gaps["gap_s"].astype(float).sum()) if not gaps.empty else 0.0,
-        "gap_rows": len(gaps),
-    }
+    return WindowProgress(
+        tuple(weeks),
+        float(gaps["gap_s"].astype(float).sum()) if not gaps.empty else 0.0,
+        len(gaps),
+    )

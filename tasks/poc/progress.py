@@ -10,6 +10,7 @@ from what the commit records and the datasets say, so both can be run at any tim
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from tasks.data.datasets import GATES
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.store import read_dataset
-from tasks.poc.evidence import Evidence
+from tasks.poc.evidence import Evidence, WindowProgress
 from tasks.poc.record.build import read_decision
 from tasks.poc.stages import REGISTRY, STAGE_NAMES, WINDOW_DEPLOYMENTS, stage
 
@@ -46,12 +47,67 @@ def failed_gates(data_dir: str | Path, poc: str) -> list[dict[str, Any]]:
     ]
 
 
-def next_scheduled_runs(limit: int = 3) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class ScheduledRuns:
+    """The window deployments' next scheduled runs, or why they were not looked up."""
+
+    available: bool
+    why: str | None = None
+    runs: dict[str, list[str]] | None = None  # deployment → expected start times
+
+    def to_json(self) -> dict[str, Any]:
+        if self.available:
+            return {"available": True, "runs": self.runs}
+        return {"available": False, "why": self.why}
+
+
+@dataclass(frozen=True, slots=True)
+class StageState:
+    """One stage: done, due (its gate passed) or blocked, with why when not done."""
+
+    status: str
+    why: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "why": self.why}
+
+
+@dataclass(frozen=True, slots=True)
+class PocState:
+    """Where a PoC stands: each stage, the window so far, failed gates, the exit's outcome,
+    the latest decision and the next scheduled runs (`status --json` prints ``to_json``)."""
+
+    poc: str
+    stages: dict[str, StageState]  # in the registry's order
+    window: WindowProgress
+    weeks_planned: int
+    failed_gates: list[dict[str, Any]]  # rows of the gates dataset
+    exit_outcome: str | None
+    decision: dict[str, Any] | None  # decision.json as read
+    scheduled: ScheduledRuns
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "poc": self.poc,
+            "stages": {name: s.to_json() for name, s in self.stages.items()},
+            "weeks_sampled": self.window.weeks_sampled,
+            "weeks_planned": self.weeks_planned,
+            "weeks": list(self.window.weeks),
+            "gap_s": self.window.gap_s,
+            "gap_rows": self.window.gap_rows,
+            "failed_gates": self.failed_gates,
+            "exit_outcome": self.exit_outcome,
+            "decision": self.decision,
+            "scheduled": self.scheduled.to_json(),
+        }
+
+
+def next_scheduled_runs(limit: int = 3) -> ScheduledRuns:
     """The next scheduled runs of the window deployments, when PREFECT_API_URL names a
     reachable API that has them; otherwise why not (never starts a server: status only
     reads)."""
     if not os.environ.get("PREFECT_API_URL"):
-        return {"available": False, "why": "no PREFECT_API_URL: scheduled runs not looked up"}
+        return ScheduledRuns(False, "no PREFECT_API_URL: scheduled runs not looked up")
     try:
         from prefect.client.orchestration import get_client
         from prefect.client.schemas.filters import (
@@ -84,13 +140,13 @@ def next_scheduled_runs(limit: int = 3) -> dict[str, Any]:
                 )
                 out[name] = [str(r.expected_start_time) for r in runs]
     except Exception as exc:  # an unreachable API only loses this optional part
-        return {"available": False, "why": f"Prefect API not reachable: {exc}"[:300]}
-    return {"available": True, "runs": out}
+        return ScheduledRuns(False, f"Prefect API not reachable: {exc}"[:300])
+    return ScheduledRuns(True, runs=out)
 
 
 def poc_state(
     plan: Plan, data_dir: str | Path, scheduled: bool = True, window_weeks: int | None = None
-) -> dict[str, Any]:
+) -> PocState:
     """Each stage done / due / blocked (with why), weeks sampled, gap seconds, failed gates
     and (``scheduled``, when an API is configured) the window's next scheduled runs.
     ``window_weeks``: the weeks the window needs, when not the plan's (the demo's short
@@ -98,68 +154,63 @@ def poc_state(
     weeks_needed = plan.window.weeks if window_weeks is None else window_weeks
     evidence = Evidence(plan, Path(data_dir), weeks_needed)
     why_not: dict[str, str | None] = {s.name: s.done(evidence) for s in REGISTRY}
-    stages: dict[str, dict[str, Any]] = {}
+    stages: dict[str, StageState] = {}
     for s in REGISTRY:
         why = why_not[s.name]
         unmet = [n for n in s.needs if why_not[n] is not None]
         if why is None:
-            stages[s.name] = {"status": "done", "why": None}
+            stages[s.name] = StageState("done", None)
         elif unmet:
-            stages[s.name] = {"status": "blocked", "why": "; ".join(str(why_not[n]) for n in unmet)}
+            stages[s.name] = StageState("blocked", "; ".join(str(why_not[n]) for n in unmet))
         else:
-            stages[s.name] = {"status": "due", "why": why}
-    window = evidence.window
+            stages[s.name] = StageState("due", why)
     exit_runs = evidence.good("exit_diff")
-    return {
-        "poc": plan.poc,
-        "stages": stages,
-        "weeks_sampled": window["weeks_sampled"],
-        "weeks_planned": weeks_needed,
-        "weeks": window["weeks"],
-        "gap_s": window["gap_s"],
-        "gap_rows": window["gap_rows"],
-        "failed_gates": failed_gates(data_dir, plan.poc),
-        "exit_outcome": str(exit_runs[-1]["outcome"]) if exit_runs else None,
-        "decision": read_decision(data_dir, plan.poc),
-        "scheduled": next_scheduled_runs()
-        if scheduled
-        else {"available": False, "why": "not asked"},
-    }
+    return PocState(
+        poc=plan.poc,
+        stages=stages,
+        window=evidence.window,
+        weeks_planned=weeks_needed,
+        failed_gates=failed_gates(data_dir, plan.poc),
+        exit_outcome=str(exit_runs[-1]["outcome"]) if exit_runs else None,
+        decision=read_decision(data_dir, plan.poc),
+        scheduled=next_scheduled_runs() if scheduled else ScheduledRuns(False, "not asked"),
+    )
 
 
 def refusal_before(plan: Plan, data_dir: str | Path, name: str) -> str | None:
     """Why ``name``'s gate refuses it now (its needs not done, each with why), or None. The
     stage's flow asks this before it touches a node: the same gate `poc` and `status` show."""
-    entry = poc_state(plan, data_dir, scheduled=False)["stages"][stage(name).name]
-    return entry["why"] if entry["status"] == "blocked" else None
+    entry = poc_state(plan, data_dir, scheduled=False).stages[stage(name).name]
+    return entry.why if entry.status == "blocked" else None
 
 
 class GateRefused(CkptPocError):
     """A stage's gate has not passed: `poc` stops there with the gate's message."""
 
 
-def next_stage(state: dict[str, Any], until: str, ran: list[str]) -> str | None:
+def next_stage(state: PocState, until: str, ran: list[str]) -> str | None:
     """The stage `poc` runs next, or None when every stage up to ``until`` is done. A
     blocked stage, or one that already ran in this `poc` run and still is not done, is
     refused with why (never a loop, never a stage past a gate)."""
     name = first_not_done(state)
     if name is None or STAGE_NAMES.index(name) > STAGE_NAMES.index(until):
         return None
-    entry = state["stages"][name]
-    if entry["status"] == "blocked":
-        raise GateRefused(f"{name} refused: {entry['why']}")
+    entry = state.stages[name]
+    if entry.status == "blocked":
+        raise GateRefused(f"{name} refused: {entry.why}")
     if name in ran:
-        raise GateRefused(f"{name} ran but is not done: {entry['why']}")
+        raise GateRefused(f"{name} ran but is not done: {entry.why}")
     return name
 
 
-def first_not_done(state: dict[str, Any]) -> str | None:
+def first_not_done(state: PocState) -> str | None:
     """The first stage, in order, that is not done (None: the PoC is complete)."""
-    return next((s for s in STAGE_NAMES if state["stages"][s]["status"] != "done"), None)
+    return next((s for s in STAGE_NAMES if state.stages[s].status != "done"), None)
 
 
 def state_lines(state: dict[str, Any]) -> list[str]:
-    """The stage table and the window's figures as plain lines (the CLI prints them)."""
+    """The stage table and the window's figures as plain lines (the CLI prints them), from
+    the state's JSON form (a flow's result holds it)."""
     lines = []
     for name in STAGE_NAMES:
         entry = state["stages"][name]

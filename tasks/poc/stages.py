@@ -65,7 +65,7 @@ def _measured(stage: str) -> Check:
 
 
 def _window(e: Evidence) -> str | None:
-    sampled = e.window["weeks_sampled"]
+    sampled = e.window.weeks_sampled
     if sampled >= e.weeks_needed:
         return None
     return f"window: {sampled} of {e.weeks_needed} week(s) sampled"

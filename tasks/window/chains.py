@@ -151,6 +151,7 @@ class Chain:
         self.unfinished_lost = subtract(self.unfinished_lost, cut)
 
 
+# a dict: an event's detail JSON, as parsed
 def _detail(raw: Any) -> dict[str, Any]:
     if raw is None or (isinstance(raw, float) and math.isnan(raw)) or raw is pd.NA:
         return {}

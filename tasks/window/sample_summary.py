@@ -194,6 +194,7 @@ def _quantiles(values: np.ndarray) -> tuple[float, float]:
     return float(p50), float(p95)
 
 
+# a dict: a row of the summary DataFrame
 def _row(
     week: str,
     key: tuple,

@@ -47,7 +47,7 @@ def test_epoch_and_strftime_dumps_read_as_the_standard_one(
 ) -> None:
     # The 30th of November decides month/day order; epoch seconds are exact in any zone.
     result = baseline(tmp_path, cut(list(sample_rows()[0]), reformatted(fmt)))
-    s = result.summary
+    s = result.summary.to_json()
     _same_measures(s, reference)
     assert s["time_formats"] == dict.fromkeys(TIMES, label)
     standard = baseline(tmp_path / "std", SAMPLE.read_text())
@@ -66,7 +66,7 @@ def test_relative_dump_is_dated_by_the_files_mtime(tmp_path: Path, reference: di
     rows = reformatted("relative", today)
     assert {r["Submit"].split(" ")[0] for r in rows} == {"30"}  # "30 Nov 11:19"
     result = _relative_run(dump, rows, today)
-    s = result.summary
+    s = result.summary.to_json()
     assert s["rows_quarantined"] == 0
     assert s["allocations_by_state"] == reference["allocations_by_state"]
     assert s["gpu_hours_by_state"] == pytest.approx(reference["gpu_hours_by_state"])
@@ -86,7 +86,7 @@ def test_relative_dump_is_dated_by_the_files_mtime(tmp_path: Path, reference: di
         got = _relative_run(tmp_path / f"d{days}" / "site.psv", rows, day)
         want = _jobs_times(standard) if days == 0 else minutes
         assert _jobs_times(got) == want
-        assert got.summary["chains"] == reference["chains"] or days
+        assert got.summary.to_json()["chains"] == reference["chains"] or days
 
 
 def test_a_relative_dump_copied_without_its_mtime_is_dated_by_dumped_on(
@@ -107,10 +107,8 @@ def test_a_relative_dump_copied_without_its_mtime_is_dated_by_dumped_on(
         dumped_on=tf.parse_dumped_on("2026-12-02"),
     )
     assert _jobs_times(given) == _jobs_times(dated)
-    assert given.summary["allocations_by_state"] == reference["allocations_by_state"]
-    assert (
-        given.summary["time_formats"]["Start"] == "relative (to 2026-12-02, --dumped-on 2026-12-02)"
-    )
+    assert given.summary.allocations_by_state == reference["allocations_by_state"]
+    assert given.summary.time_formats["Start"] == "relative (to 2026-12-02, --dumped-on 2026-12-02)"
     for bad in ("2026-13-01", "02/12/2026", "yesterday", ""):
         with pytest.raises(AccountingError, match=r"--dumped-on: .* is not a date as YYYY-MM-DD"):
             tf.parse_dumped_on(bad)

@@ -41,10 +41,10 @@ def test_slurm_cycle_opted_in_job_is_checkpointed_and_restored_the_other_left_al
     ctx = make_run_context(plan, path, stage="install")
     with pytest.raises(BlastRadiusError):
         inst.install(plan, ctx, nodes=["ckpt-node2"])
-    done = inst.install(plan, ctx)["ckpt-node1"]
-    prefix = Path(done["prefix"])
+    done = inst.install(plan, ctx).nodes["ckpt-node1"]
+    prefix = Path(done.prefix)
     hook = etc / "plugstack.conf.d" / "ckpt-poc-slurm-install.conf"
-    assert done["hooks"] == [str(hook)] and hook.is_file()
+    assert done.hooks == [str(hook)] and hook.is_file()
     assert (prefix / "lib" / "ckpt_poc_spank.so").is_file()
     helptext = subprocess.run(["sbatch", "--help"], capture_output=True, text=True).stdout
     assert "--ckpt-poc" in helptext
@@ -112,7 +112,7 @@ def test_slurm_cycle_opted_in_job_is_checkpointed_and_restored_the_other_left_al
     with pytest.raises(BlastRadiusError):
         inst.uninstall(plan, ctx, nodes=["ckpt-node2"])
     result = inst.uninstall(plan, ctx)
-    assert result["ckpt-node1"]["rc"] == 0, result
+    assert result.nodes["ckpt-node1"].rc == 0, result
     assert not hook.exists() and not prefix.exists()
     helptext = subprocess.run(["sbatch", "--help"], capture_output=True, text=True).stdout
     assert "--ckpt-poc" not in helptext
@@ -123,4 +123,4 @@ def test_slurm_cycle_opted_in_job_is_checkpointed_and_restored_the_other_left_al
     _snapshot(plan, path, "after_uninstall")
     diff_ctx = make_run_context(plan, path, stage="exit_diff")
     diff = exit_diff(plan, diff_ctx, "before_install", "after_uninstall")
-    assert diff["verdict"] == "clean", diff["leftovers"]
+    assert diff.verdict == "clean", diff.leftovers

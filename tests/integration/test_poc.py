@@ -88,13 +88,13 @@ def test_the_window_deployments_schedules_are_switched_on_and_their_next_runs_re
         assert all(v and all(v) for v in actives().values()), actives()
         deadline = time.monotonic() + 60  # the scheduler makes the runs every 5 s here
         sched = next_scheduled_runs()
-        while time.monotonic() < deadline and not sched.get("runs", {}).get(
+        while time.monotonic() < deadline and not (sched.runs or {}).get(
             "sample_window/sample_window"
         ):
             time.sleep(2)
             sched = next_scheduled_runs()
-        assert sched["available"] is True, sched
-        assert sched["runs"]["sample_window/sample_window"], sched
+        assert sched.available is True, sched
+        assert (sched.runs or {})["sample_window/sample_window"], sched
     finally:
         activate_window(active=False)
         # The session's other tests must not meet hourly sampler runs made meanwhile.

@@ -75,5 +75,5 @@ def test_images_go_to_the_plans_images_dir_and_every_row_says_where(
     assert (restores["raw_read_gbps"] > 0).all() and (dumps["images_write_gbps"] > 0).all()
     assert not list(run.run_dir.rglob("*.img"))  # none beside the run's records
     assert list(scratch.rglob("*.img"))
-    assert run.summary["images"]["raw_read_gbps"] > 0
+    assert run.summary.images is not None and run.summary.images.raw_read_gbps > 0
     assert str(scratch.resolve() / plan.poc) in _data_dirs(plan, make_run_context(plan, path))

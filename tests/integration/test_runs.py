@@ -36,10 +36,10 @@ def test_a_killed_run_is_invisible_reported_and_cleaned(tmp_path: Path) -> None:
         assert set(every["run_id"]) == {"run-committed", "run-killed", "run-live"}
 
         summary = status_summary(data, "demo")
-        assert summary["committed"]["baseline"]["runs"] == 1
-        assert [r["run_id"] for r in summary["running"]] == ["run-live"]
-        assert [r["run_id"] for r in summary["uncommitted"]] == ["run-killed"]
-        assert len(summary["uncommitted"][0]["files"]) == 1
+        assert summary.committed["baseline"].runs == 1
+        assert [r.run_id for r in summary.running] == ["run-live"]
+        assert [r.run_id for r in summary.uncommitted] == ["run-killed"]
+        assert len(summary.uncommitted[0].files) == 1
 
         # The command says the same (no Prefect server to start).
         done = subprocess.run(
@@ -50,7 +50,7 @@ def test_a_killed_run_is_invisible_reported_and_cleaned(tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout)["uncommitted"] == summary["uncommitted"]
+        assert json.loads(done.stdout)["uncommitted"] == summary.to_json()["uncommitted"]
 
         removed = clean_uncommitted(data, "demo")
         assert {p.name for p in removed} == {"run-killed.parquet", "run-killed.json"}
@@ -103,7 +103,7 @@ def test_a_baseline_killed_after_its_first_jobs_file_leaves_nothing_visible(
 
     assert read_dataset(JOBS, data_dir=data, poc="demo").empty
     assert read_dataset(EXPOSURE, data_dir=data, poc="demo").empty
-    left = status_summary(data, "demo")["uncommitted"]
-    assert len(left) == 1 and left[0]["stage"] == "baseline" and left[0]["files"]
+    left = status_summary(data, "demo").uncommitted
+    assert len(left) == 1 and left[0].stage == "baseline" and left[0].files
     clean_uncommitted(data, "demo")
     assert not list((data / "demo").glob("*/week=*/*.parquet"))

@@ -51,7 +51,7 @@ def test_procfs_rows_attribute_the_copies_and_keep_the_rest(write_plan, tmp_path
     finally:
         for proc in (managed, unmanaged):
             os.killpg(proc.pid, signal.SIGKILL)
-    assert result["reads"] == 4
+    assert result.reads == 4
     rows = read_dataset(SAMPLES, data_dir=plan.data_dir, poc=plan.poc)
     assert set(rows["device"]) == {"cpu"}  # procfs data is never labelled GPU
     jobs = rows[rows["entity"].str.startswith("job:")]

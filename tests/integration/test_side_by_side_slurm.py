@@ -31,13 +31,14 @@ def test_both_copies_run_as_jobs_on_the_plan_node(slurm_jobs_env, tmp_path: Path
     with open_run(plan, REPO / "plans" / "demo.yaml", "side_by_side") as ctx:
         result = run_side_by_side(plan, ctx, timeout_s=120)
     summary = result.summary()
-    assert {a: r["last_step"] for a, r in summary["arms"].items()} == {
+    assert {a: r.last_step for a, r in summary.arms.items()} == {
         "managed": 120,
         "unmanaged": 120,
     }
-    assert all(r["exited"] and r["pid"] is None for r in summary["arms"].values())
-    assert summary["checkpoints"] >= 1 and not summary["checkpoint_errors"]
-    job_ids = summary["job_ids"]
+    assert all(r.exited and r.pid is None for r in summary.arms.values())
+    assert summary.checkpoints >= 1 and not summary.checkpoint_errors
+    job_ids = summary.job_ids
+    assert job_ids is not None
     assert set(job_ids) == {"managed", "unmanaged"} and len(set(job_ids.values())) == 2
     for job_id in job_ids.values():
         (attempt,) = slurm_cluster.wait_state(job_id, {"COMPLETED"}, env=slurm_jobs_env)

@@ -45,9 +45,9 @@ def test_two_snapshots_of_an_unchanged_machine_diff_clean(write_plan) -> None:
     assert {"cron", "ldconfig", "sockets", "excluded"} <= kinds
     assert not first["partial"].any(), first[first["kind"] == "error"]
     assert len(first) > 1000
-    assert result["leftovers"] == [], json.dumps(result["leftovers"][:20], indent=1)
-    assert result["verdict"] == "clean"
-    assert set(result["nodes"]) == {"local-a"}
+    assert result.leftovers == [], json.dumps(result.leftovers[:20], indent=1)
+    assert result.verdict == "clean"
+    assert set(result.nodes) == {"local-a"}
 
 
 @ROOT_ONLY
@@ -59,7 +59,7 @@ def test_planted_residue_is_reported_item_by_item_and_nothing_else(write_plan) -
         snapshot(plan, path, "after_uninstall")
         # Diff while the residue is still there; a second diff after clean-up below.
         result = diff(plan, path, "before_install", "after_uninstall")
-    found = {(x["kind"], x["key"]): x for x in result["leftovers"]}
+    found = {(x["kind"], x["key"]): x for x in result.leftovers}
     missed = sorted(k for k in expected if k not in found)
     assert not missed, f"planted but not reported: {missed}"
     for key, change in expected.items():
@@ -73,7 +73,7 @@ def test_planted_residue_is_reported_item_by_item_and_nothing_else(write_plan) -
         if k not in expected and not (k[0] == "files" and k[1] in USER_DATABASES)
     }
     assert not others, f"reported but not planted: {json.dumps(list(others.values()), indent=1)}"
-    assert result["verdict"] == "leftovers"
+    assert result.verdict == "leftovers"
     # The details a reader needs: the dangling link, the capability, the sysctl values.
     link = next(v for (k, key), v in found.items() if k == "units")
     assert json.loads(link["after"])["dangling"] is True
@@ -130,10 +130,10 @@ def test_a_slurm_node_is_snapshotted_by_a_pinned_job(slurm_env, write_plan) -> N
     finally:
         dropin.unlink(missing_ok=True)
     assert not after["partial"].any()
-    found = {(x["kind"], x["key"]): x for x in result["leftovers"]}
+    found = {(x["kind"], x["key"]): x for x in result.leftovers}
     assert found[("scheduler", f"file:{dropin}")]["change"] == "added"
     assert found[("files", str(dropin))]["change"] == "added"
     for features in ("node:AvailableFeatures", "node:ActiveFeatures"):  # Slurm sets both
         assert f"ckpt-poc-test-{mark}" in found[("scheduler", features)]["after"]
     # Nothing else: the job's own processes (srun, slurmstepd, the collector) are not there.
-    assert len(found) == 4, json.dumps(result["leftovers"], indent=1)
+    assert len(found) == 4, json.dumps(result.leftovers, indent=1)

@@ -109,13 +109,13 @@ def test_a_daemon_the_install_left_writes_the_pocs_residue(write_plan, tmp_path:
         start.touch()
         for p in (daemon, unit, state):
             p.unlink(missing_ok=True)
-    items = {x["key"]: x for x in [*diff["leftovers"], *diff["node_own"]]}
+    items = {x["key"]: x for x in [*diff.leftovers, *diff.node_own]}
     said = items[str(state)]
     assert said["class"] == "poc", said["reason"]
     assert f"runs {daemon}, in the install's manifest" in said["reason"]
     for made in (daemon, unit):
         assert items[str(made)]["class"] == "poc", (made, items[str(made)]["reason"])
-    assert diff["verdict"] == "leftovers"
+    assert diff.verdict == "leftovers"
 
 
 def test_without_fanotify_the_span_is_a_gap_and_the_way_out_still_ends(
@@ -144,7 +144,7 @@ for phase in ("before_install", "after_uninstall"):
         Path({str(f"/var/tmp/ckpt-nofan-{os.getpid()}")!r}).write_text("x")
 with open_run(plan, Path({str(path)!r}), "exit_diff") as ctx:
     diff = exit_diff(plan, ctx, "before_install", "after_uninstall")
-print(json.dumps([[x["key"], x["class"], x["reason"]] for x in diff["leftovers"]]))
+print(json.dumps([[x["key"], x["class"], x["reason"]] for x in diff.leftovers]))
 """
     argv = ["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin"]
     try:

@@ -138,8 +138,8 @@ def test_a_recorder_killed_outright_leaves_a_gap(write_plan) -> None:
     with open_run(plan, path, "snapshot"):
         started = start_recorders(plan, [plan.data_dir], [], [])
     folder = recorder_folder(plan)
-    pid = started["local"]["pid"]
-    assert started["local"]["how"] == "its own session" and started["local"]["started"]
+    pid = started["local"].pid
+    assert started["local"].how == "its own session" and started["local"].started
     os.kill(pid, signal.SIGKILL)
     assert _wait(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid))
     log = stop_recorders(plan)["local"]
@@ -220,7 +220,7 @@ def test_the_exit_verdict_names_each_changes_writer(write_plan, tmp_path: Path) 
         for p in [*made[:2], poc, gone, forgotten]:
             Path(p).unlink(missing_ok=True)
         shutil.rmtree(made[2], ignore_errors=True)
-    items = {x["key"]: x for x in [*diff["leftovers"], *diff["node_own"]]}
+    items = {x["key"]: x for x in [*diff.leftovers, *diff.node_own]}
     assert items[forgotten]["class"] == "poc", items[forgotten]["reason"]
     assert items[forgotten]["reason"].startswith("written by the PoC's /usr/bin/install (pid ")
     for key in [*made, f"{made[2]}/f", gone]:

@@ -85,7 +85,7 @@ def test_a_slurm_node_records_its_writers_outside_the_job_queue(
         go.touch()
         for p in (foreign, by_job):
             Path(p).unlink(missing_ok=True)
-    items = {x["key"]: x for x in [*diff["leftovers"], *diff["node_own"]]}
+    items = {x["key"]: x for x in [*diff.leftovers, *diff.node_own]}
     assert items[foreign]["class"] == "node_own", items[foreign]["reason"]
     assert items[foreign]["reason"].startswith("written by /usr/bin/dash, pid ")
     assert items[by_job]["class"] == "poc", items[by_job]["reason"]

@@ -165,10 +165,22 @@ def test_blocks_parsed_side_by_side_come_out_in_input_order(monkeypatch) -> None
 
 
 def test_tres_gpu_counting() -> None:
-    assert fields.parse_tres("gres/gpu:a100=4,gres/gpu=4")["gpus"] == 4
-    assert fields.parse_tres("gres/gpu:a100=2,gres/gpu:v100=1")["gpus"] == 3
-    assert fields.parse_tres("cpu=4,mem=1Gn,node=1")["mem"] == 1 << 30
-    assert fields.parse_tres("garbage")["bad"]
+    assert fields.parse_tres("gres/gpu:a100=4,gres/gpu=4").gpus == 4
+    assert fields.parse_tres("gres/gpu:a100=2,gres/gpu:v100=1").gpus == 3
+    assert fields.parse_tres("cpu=4,mem=1Gn,node=1").mem == 1 << 30
+    assert fields.parse_tres("garbage").bad
+
+
+def test_parsed_values_are_their_struct_types_rows() -> None:
+    """Arrow builds each struct column from the parsers' tuples, field by field in order."""
+    for row, struct in (
+        (fields.TimeLimit, fields.TIMELIMIT_TYPE),
+        (fields.Tres, fields.TRES_TYPE),
+        (fields.Gres, fields.GRES_TYPE),
+        (fields.ParsedState, fields.STATE_TYPE),
+        (fields.ExitCode, fields.EXIT_TYPE),
+    ):
+        assert row._fields == tuple(f.name for f in struct), row
 
 
 def test_pseudonyms_are_keyed() -> None:

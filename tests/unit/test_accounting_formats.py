@@ -69,7 +69,7 @@ def reformatted(fmt: str, today: dt.date | None = None, shift: dt.timedelta = dt
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict:
-    return baseline(tmp_path_factory.mktemp("reference"), SAMPLE.read_text()).summary
+    return baseline(tmp_path_factory.mktemp("reference"), SAMPLE.read_text()).summary.to_json()
 
 
 def _same_measures(got: dict, want: dict) -> None:
@@ -132,7 +132,7 @@ def test_a_damaged_value_is_quarantined_naming_the_detected_format(tmp_path: Pat
     rows = reformatted("%s")
     rows[2] = {**rows[2], "Start": "yesterday"}
     result = baseline(tmp_path, cut(list(sample_rows()[0]), rows))
-    assert result.summary["time_formats"]["Start"] == "%s (epoch seconds)"
+    assert result.summary.to_json()["time_formats"]["Start"] == "%s (epoch seconds)"
     quarantine = pq.read_table(result.written["quarantine"]).to_pylist()
     assert [(q["source_line"], q["reason"]) for q in quarantine] == [
         (4, "Start is not a timestamp in the dump's format (%s (epoch seconds))")
@@ -168,7 +168,7 @@ def test_rows_short_of_trailing_empty_fields_read_as_empty(tmp_path: Path, refer
     assert short == sum(1 for r in sample_rows() if "." in r["JobID"])
     stripped.append(lines[3] + "|extra")  # more fields than the header: quarantined
     result = baseline(tmp_path, "\n".join(stripped) + "\n", max_share=1.0)
-    s = result.summary
+    s = result.summary.to_json()
     assert s["rows_short_of_fields"] == short and s["rows_quarantined"] == 1
     assert s["allocations_by_state"] == reference["allocations_by_state"]
     assert s["gpu_hours_by_state"] == pytest.approx(reference["gpu_hours_by_state"])
@@ -189,7 +189,7 @@ def test_a_dump_without_state_gives_hours_and_workloads_not_exposure(
 ) -> None:
     names = [n for n in sample_rows()[0] if n != "State"]
     result = baseline(tmp_path, cut(names), use_dask=use_dask)
-    s = result.summary
+    s = result.summary.to_json()
     allocations = sum(reference["allocations_by_state"].values())
     assert s["rows_quarantined"] == 0
     assert s["allocations_by_state"] == {NO_STATE: allocations}

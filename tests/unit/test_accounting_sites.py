@@ -86,7 +86,7 @@ def baseline(
 def full(tmp_path_factory) -> dict:
     """The summary of the sample as committed (every field ckpt-poc asks for)."""
     tmp = tmp_path_factory.mktemp("full")
-    return baseline(tmp, SAMPLE.read_text()).summary
+    return baseline(tmp, SAMPLE.read_text()).summary.to_json()
 
 
 # --- missing fields degrade what is computed ---------------------------------------------
@@ -102,7 +102,7 @@ def test_job_id_and_state_alone_give_state_counts_and_say_what_is_not_computed(
     tmp_path: Path, full: dict, use_dask: bool
 ) -> None:
     result = baseline(tmp_path, cut(["JobID", "State"]), use_dask=use_dask)
-    s = result.summary
+    s = result.summary.to_json()
     assert s["allocations_by_state"] == full["allocations_by_state"]
     assert s["rows_read"] == full["rows_read"] and s["rows_quarantined"] == 0
     # Never a silent zero: null, and why.
@@ -136,7 +136,7 @@ def test_hours_without_identities_are_computed_and_chains_are_not(
     tmp_path: Path, full: dict
 ) -> None:
     result = baseline(tmp_path, cut(["JobIDRaw", "State", "ElapsedRaw", "NNodes", "AllocTRES"]))
-    s = result.summary
+    s = result.summary.to_json()
     assert s["gpu_hours_by_state"] == pytest.approx(full["gpu_hours_by_state"])
     assert s["node_hours_by_state"] == pytest.approx(full["node_hours_by_state"])
     assert s["exposed_gpu_hours"] == pytest.approx(full["exposed_gpu_hours"])
@@ -151,7 +151,7 @@ def _older_gpu_rows() -> list[dict[str, str]]:
     """The sample as Slurm before 17.11 wrote it: GPUs as AllocGRES, no AllocTRES."""
     rows = []
     for r in sample_rows():
-        gpus = fields.parse_tres(r["AllocTRES"])["gpus"]
+        gpus = fields.parse_tres(r["AllocTRES"]).gpus
         rows.append({**r, "AllocGRES": f"gpu:{gpus}" if gpus else ""})
     return rows
 
@@ -161,7 +161,7 @@ def test_alloc_gres_of_older_slurm_gives_the_same_gpu_hours_labelled(
 ) -> None:
     fields = ["JobID", "State", "User", "Account", "JobName", "Submit", "End", "ElapsedRaw"]
     result = baseline(tmp_path, cut([*fields, "NNodes", "AllocGRES"], _older_gpu_rows()))
-    s = result.summary
+    s = result.summary.to_json()
     assert s["gpu_hours_by_state"] == pytest.approx(full["gpu_hours_by_state"])
     assert s["not_computed"] == {}
     allocations = sum(full["allocations_by_state"].values())
@@ -191,15 +191,15 @@ def test_requested_gpus_only_where_nothing_was_allocated_yet() -> None:
 
 
 def test_gres_strings() -> None:
-    assert fields.parse_gres("gpu:4")["gpus"] == 4
-    assert fields.parse_gres("gpu:tesla:2(IDX:0,1)")["gpus"] == 2
-    assert fields.parse_gres("gpu:a100:1,gpu:v100:2,mic:1")["gpus"] == 3
-    assert fields.parse_gres("gpu:2,gpu:tesla:2")["gpus"] == 2  # untyped wins, as in TRES
-    assert fields.parse_gres("gres/gpu:2")["gpus"] == 2
-    assert fields.parse_gres("gpu")["gpus"] == 1
-    assert fields.parse_gres("mic:1")["gpus"] == 0 and fields.parse_gres("mic:1")["given"]
-    assert not fields.parse_gres("")["given"] and not fields.parse_gres("(null)")["given"]
-    assert fields.parse_gres("gpu:a:b:c")["bad"] and fields.parse_gres("gpu:tesla:x")["bad"]
+    assert fields.parse_gres("gpu:4").gpus == 4
+    assert fields.parse_gres("gpu:tesla:2(IDX:0,1)").gpus == 2
+    assert fields.parse_gres("gpu:a100:1,gpu:v100:2,mic:1").gpus == 3
+    assert fields.parse_gres("gpu:2,gpu:tesla:2").gpus == 2  # untyped wins, as in TRES
+    assert fields.parse_gres("gres/gpu:2").gpus == 2
+    assert fields.parse_gres("gpu").gpus == 1
+    assert fields.parse_gres("mic:1").gpus == 0 and fields.parse_gres("mic:1").given
+    assert not fields.parse_gres("").given and not fields.parse_gres("(null)").given
+    assert fields.parse_gres("gpu:a:b:c").bad and fields.parse_gres("gpu:tesla:x").bad
 
 
 # --- JobIDRaw as the job id ----------------------------------------------------------------
@@ -262,7 +262,7 @@ def test_a_header_less_dump_in_another_order_is_read_with_format(
     for column in ("job_id", "state", "gpus", "elapsed_s"):
         assert jobs.column(column).to_pylist() == reference.column(column).to_pylist(), column
     result = baseline(tmp_path, text, sacct_format=",".join(fields))
-    assert result.summary["gpu_hours_by_state"] == pytest.approx(full["gpu_hours_by_state"])
+    assert result.summary.gpu_hours_by_state == pytest.approx(full["gpu_hours_by_state"])
     # The same dump without --format: the error says what to give.
     with pytest.raises(AccountingError, match=r"site\.psv:1: no header line.*--format FIELDS"):
         parse(text)
@@ -295,8 +295,8 @@ def test_an_undocumented_state_is_kept_and_reported_as_unknown(tmp_path: Path) -
     row = next(r for r in jobs.to_pylist() if r["job_id"] == "2")
     assert (row["state"], row["state_raw"]) == ("UNKNOWN", "SITE_DRAINED")
     result = baseline(tmp_path, text)
-    assert result.summary["allocations_by_state"]["SITE_DRAINED"] == 1
-    assert result.summary["gpu_hours_by_state"]["SITE_DRAINED"] > 0
+    assert result.summary.to_json()["allocations_by_state"]["SITE_DRAINED"] == 1
+    assert result.summary.gpu_hours_by_state["SITE_DRAINED"] > 0
     notes = {r["state"]: r["counts_as"] for r in exposure_rows(result)}
     assert notes["SITE_DRAINED"] == "unknown state (not documented by sacct)"
     assert "| SITE_DRAINED | 1 |" in baseline_markdown(result)
@@ -359,7 +359,7 @@ def test_a_quarantined_share_above_the_plans_limit_fails(tmp_path: Path) -> None
     with pytest.raises(GateFailed, match=r"quarantined_share_within_plan_limit") as caught:
         baseline(tmp_path / "strict", text, max_share=0.1)
     assert share in str(caught.value) and "max_quarantined_share is 10.0%" in str(caught.value)
-    assert baseline(tmp_path / "loose", text).summary["rows_quarantined"] == 5
+    assert baseline(tmp_path / "loose", text).summary.to_json()["rows_quarantined"] == 5
 
 
 # --- no identities in clear in the quarantine --------------------------------------------------
@@ -386,8 +386,8 @@ def test_quarantine_raw_keeps_no_identity_in_clear(tmp_path: Path) -> None:
     ]
     result = baseline(tmp_path, "\n".join(lines) + "\n")
     n = len(rows)
-    assert result.summary["rows_quarantined"] == 2
-    assert result.summary["rows_short_of_fields"] == 1
+    assert result.summary.to_json()["rows_quarantined"] == 2
+    assert result.summary.to_json()["rows_short_of_fields"] == 1
     quarantine = pq.read_table(result.written["quarantine"]).to_pylist()
     assert {(q["source_line"], q["reason"].split(",")[0]) for q in quarantine} == {
         (n + 2, "21 fields"),

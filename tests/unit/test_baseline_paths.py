@@ -64,7 +64,7 @@ def test_memory_and_dask_paths_agree(tmp_path: Path) -> None:
         )
         for use_dask in (False, True)
     ]
-    memory, dask = (r.summary for r in results)
+    memory, dask = (r.summary.to_json() for r in results)
     assert [r.path for r in results] == ["memory", "dask"]
     assert results[0].exposure.duplicates_ignored == results[1].exposure.duplicates_ignored > 0
     assert memory["chains"] and memory["chains"] == dask["chains"]

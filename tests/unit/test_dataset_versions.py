@@ -289,7 +289,7 @@ def test_the_weekly_report_and_the_record_read_previous_and_new_files_together(
 
     weekly_reads = _spy(monkeypatch, weekly_stage)
     report = build_weekly_report(plan, context(data_dir, "report-1", "weekly_report"), WEEK)
-    n = {(r["measure"], r["arm"]): r["n"] for r in report["rows"]}
+    n = {(r["measure"], r["arm"]): r["n"] for r in report.rows}
     assert n[("recovery_s", "managed")] == n[("recovery_s", "unmanaged")] == 2 + 1
     assert n[("cold_start_speedup", "both")] == 2 + 1
     (frames,) = weekly_reads
@@ -304,20 +304,20 @@ def test_the_weekly_report_and_the_record_read_previous_and_new_files_together(
     assert "exposure: no files" in lines
     # Both say so: the report's markdown and page, and the record's method section.
     events_line = "events: v1 (1 file), v2 (1 file), read as v2"
-    html = Path(report["html"]).read_text(encoding="utf-8")
+    html = Path(report.html).read_text(encoding="utf-8")
     for said in (lines[0], events_line):
-        assert f"- {said}" in report["markdown"] and html_escape(said) in html, said
+        assert f"- {said}" in report.markdown and html_escape(said) in html, said
 
     record_reads = _spy(monkeypatch, record_build)
     record = build_record(plan, context(data_dir, "record-1", "record"), n_resamples=200)
     (frames,) = record_reads
     assert versions_of(frames["trials"]).versions == (1, 2)  # type: ignore[union-attr]
     assert len(frames["trials"]) == 12
-    page = Path(record["html"]).read_text(encoding="utf-8")
+    page = Path(record.html).read_text(encoding="utf-8")
     for run_id in ("prev-rec", "prev-cs", "new-rec", "new-cs", "util-1"):
         assert run_id in page, run_id
     for f in sorted((data_dir / POC / "trials").rglob("*.parquet")):
         assert str(f) in page, f
     assert html_escape(lines[0]) in page and "events: v1 (1 file), v2 (1 file)" in page
-    recovery = [r for r in record["table"] if r[0] == record["table"][0][0]]
+    recovery = [r for r in record.table if r[0] == record.table[0][0]]
     assert {r[3] for r in recovery} == {"3"}, recovery

@@ -283,12 +283,13 @@ def test_no_argv_or_environment_reaches_anything_the_run_writes(
     ctx = make_run_context(plan, path, stage="exit_diff")
     result = exit_diff(plan, ctx, "before_install", "after_uninstall")
     ctx.commit()
-    assert result["nodes"]["local-a"]["recheck"] is True  # the recheck of the same run
+    assert result.nodes["local-a"].recheck is True  # the recheck of the same run
     # The process was seen (as its exe and an argv hash) and judged the node's own.
-    seen = [x for x in result["node_own"] if x["kind"] in ("processes", "sockets")]
-    assert any(x["key"].startswith("/usr/bin/python3") for x in seen), result["node_own"][:5]
+    seen = [x for x in result.node_own if x["kind"] in ("processes", "sockets")]
+    assert any(x["key"].startswith("/usr/bin/python3") for x in seen), result.node_own[:5]
     written = b"".join(p.read_bytes() for p in Path(plan.data_dir).rglob("*") if p.is_file())
-    printed = json.dumps(json_form(result)) + leftovers_markdown(result) + summary_line(result)
+    shown = result.to_json()
+    printed = json.dumps(json_form(shown)) + leftovers_markdown(shown) + summary_line(shown)
     out = capsys.readouterr()
     logs = caplog.text + out.out + out.err
     for secret in (password, token):

@@ -56,18 +56,18 @@ def test_states_hours_and_exposure() -> None:
         job("6", "COMPLETED", "2026-01-01 00:00", "2026-01-01 01:00", gpus=4, step="batch"),
     )
     exp = compute_exposure(jobs)
-    s = exp.summary(rows_read=6, rows_quarantined=0)
-    assert s["allocations_by_state"] == {
+    s = exp.summary(rows_read=6, rows_quarantined=0, time_formats={}, short=0)
+    assert s.allocations_by_state == {
         "CANCELLED": 1,
         "COMPLETED": 1,
         "FAILED": 1,
         "OUT_OF_MEMORY": 1,
         "TIMEOUT": 1,
     }  # steps do not count
-    assert s["gpu_hours_by_state"]["TIMEOUT"] == pytest.approx(16.0)
-    assert s["node_hours_by_state"]["FAILED"] == pytest.approx(2.0)
-    assert s["exposed_gpu_hours"] == pytest.approx(2.0 + 16.0 + 0.5)  # not CANCELLED
-    assert s["timeout_gpu_hours"] == pytest.approx(16.0)
+    assert s.gpu_hours_by_state["TIMEOUT"] == pytest.approx(16.0)
+    assert s.node_hours_by_state["FAILED"] == pytest.approx(2.0)
+    assert s.exposed_gpu_hours == pytest.approx(2.0 + 16.0 + 0.5)  # not CANCELLED
+    assert s.timeout_gpu_hours == pytest.approx(16.0)
     top = exp.candidates.iloc[0]
     assert top["rank"] == 1 and top["exposed_gpu_hours"] == pytest.approx(18.5)
 
@@ -76,7 +76,7 @@ def test_duplicate_captures_count_once() -> None:
     row = job("1", "FAILED", "2026-01-01 00:00", "2026-01-01 01:00")
     exp = compute_exposure(frame(row, row))
     assert exp.duplicates_ignored == 1
-    assert exp.summary(2, 0)["allocations_by_state"] == {"FAILED": 1}
+    assert exp.summary(2, 0, {}, 0).allocations_by_state == {"FAILED": 1}
 
 
 def test_resubmission_chains() -> None:

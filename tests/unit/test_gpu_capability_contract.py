@@ -46,7 +46,7 @@ def _capability(
         "import json, sys\n"
         "from tasks.data.gpu_capability import read_capability\n"
         "cap = read_capability(sys.argv[1], sys.argv[2] or None)\n"
-        "print(json.dumps(cap.as_dict()))\n"
+        "print(json.dumps(cap.to_json()))\n"
     )
     env = {
         **os.environ,
@@ -94,7 +94,7 @@ def _here(*models: str, driver: str = "580.159.03") -> Capability:
 
 
 def test_a_restore_onto_another_gpu_or_driver_is_refused_before_criu() -> None:
-    taken = _here("NVIDIA H200").as_dict()
+    taken = _here("NVIDIA H200").to_json()
     assert restore_refusal(taken, _here("NVIDIA H200")) is None
     assert restore_refusal(taken, _here("NVIDIA A10")) == (
         "GPU model or count differs: the checkpoint's 1 × NVIDIA H200, this node's 1 × NVIDIA A10"

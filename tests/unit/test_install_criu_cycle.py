@@ -47,7 +47,7 @@ def test_local_demo_cycle_installs_into_its_prefix_and_uninstall_removes_it_all(
     before = _tree(data / plan.poc / "_install")
     done = inst.install(plan, ctx)
     for node in plan.cluster.nodes:
-        prefix = Path(done[node]["prefix"])
+        prefix = Path(done.nodes[node].prefix)
         assert prefix.is_relative_to(data)  # never a system folder
         manifest = json.loads((prefix / "manifest.json").read_text())
         assert sorted(f["path"] for f in manifest["files"]) == sorted(
@@ -59,10 +59,10 @@ def test_local_demo_cycle_installs_into_its_prefix_and_uninstall_removes_it_all(
     # Uninstall runs the plan's own exit.uninstall: scripts/uninstall-criu.
     assert plan.exit.uninstall == ["scripts/uninstall-criu"]
     result = inst.uninstall(plan, ctx)
-    assert all(r["rc"] == 0 for r in result.values()), result
+    assert all(r.rc == 0 for r in result.nodes.values()), result
     assert _tree(data / plan.poc / "_install") == before == []
     # Idempotent: a second uninstall finds nothing and succeeds.
-    assert all(r["rc"] == 0 for r in inst.uninstall(plan, ctx).values())
+    assert all(r.rc == 0 for r in inst.uninstall(plan, ctx).nodes.values())
     names = [e.event for e in inst.recorder_for(ctx).events()]
     assert names.count("install_step") >= 8 and "opted_in" in names and "uninstalled" in names
     step = next(e for e in inst.recorder_for(ctx).events() if e.event == "install_step")

@@ -19,7 +19,7 @@ from tasks.data.datasets import DATASETS, DatasetSpec
 from tasks.data.plan import Plan, load_plan
 from tasks.data.runs import commit_run
 from tasks.data.store import write_dataset
-from tasks.poc.progress import GateRefused, next_stage, poc_state
+from tasks.poc.progress import GateRefused, StageState, next_stage, poc_state
 from tasks.poc.stages import STAGE_NAMES
 from tests.support.common import REPO
 
@@ -80,7 +80,7 @@ def plan(write_plan) -> Plan:
 
 def _status(plan: Plan) -> dict[str, tuple[str, str | None]]:
     state = poc_state(plan, plan.data_dir)
-    return {s: (e["status"], e["why"]) for s, e in state["stages"].items()}
+    return {s: (e.status, e.why) for s, e in state.stages.items()}
 
 
 def test_a_new_poc_is_due_for_its_baseline_and_blocked_after_it(plan: Plan) -> None:
@@ -171,23 +171,26 @@ def test_window_weeks_gaps_and_failed_gates(plan: Plan) -> None:
     gate = {"gate": "samples_valid", "dataset": "samples", "expectation": "e"}
     _commit(plan, "sample_window", {"gates": [{**gate, "success": False}]})
     state = poc_state(plan, plan.data_dir)
-    assert state["weeks_sampled"] == 2
-    assert state["gap_s"] == pytest.approx(42.5)
-    assert state["stages"]["window"] == {"status": "due", "why": "window: 2 of 4 week(s) sampled"}
-    assert state["stages"]["weekly_report"]["status"] == "blocked"
-    assert [g["gate"] for g in state["failed_gates"]] == ["samples_valid"]
+    assert state.window.weeks_sampled == 2
+    assert state.window.gap_s == pytest.approx(42.5)
+    assert state.stages["window"].to_json() == {
+        "status": "due",
+        "why": "window: 2 of 4 week(s) sampled",
+    }
+    assert state.stages["weekly_report"].status == "blocked"
+    assert [g["gate"] for g in state.failed_gates] == ["samples_valid"]
     # A later passing check of the same gate clears it.
     later = NOW + dt.timedelta(hours=1)
     _commit(plan, "sample_window", {"gates": [{**gate, "success": True, "checked_at": later}]})
-    assert poc_state(plan, plan.data_dir)["failed_gates"] == []
+    assert poc_state(plan, plan.data_dir).failed_gates == []
     # The demo's short window needs one sampled week, not the plan's four.
     short = poc_state(plan, plan.data_dir, window_weeks=1)
-    assert short["stages"]["window"] == {"status": "done", "why": None}
-    assert short["weeks_planned"] == 1
-    assert short["stages"]["weekly_report"]["status"] == "due"
+    assert short.stages["window"].to_json() == {"status": "done", "why": None}
+    assert short.weeks_planned == 1
+    assert short.stages["weekly_report"].status == "due"
     # No PREFECT_API_URL: the scheduled runs are skipped, saying so.
     if not os.environ.get("PREFECT_API_URL"):
-        assert poc_state(plan, plan.data_dir)["scheduled"]["available"] is False
+        assert poc_state(plan, plan.data_dir).scheduled.available is False
 
 
 def test_the_next_stage_is_refused_at_a_gate_with_its_own_message(plan: Plan) -> None:
@@ -201,7 +204,7 @@ def test_the_next_stage_is_refused_at_a_gate_with_its_own_message(plan: Plan) ->
     with pytest.raises(GateRefused, match="recovery ran but is not done: recovery has no ok"):
         next_stage(state, "overhead", ["recovery"])
     # A blocked stage first in line (install undone by hand here) is refused with why.
-    state["stages"]["install"] = {"status": "blocked", "why": "no committed baseline"}
+    state.stages["install"] = StageState("blocked", "no committed baseline")
     with pytest.raises(GateRefused, match="install refused: no committed baseline"):
         next_stage(state, "overhead", [])
 
@@ -396,8 +399,6 @@ def test_demo_fresh_starts_a_new_poc_folder_and_leaves_the_old_one(plan: Plan, w
     assert fresh.model_dump(exclude={"poc"}) == plan.model_dump(exclude={"poc"})
     assert path.read_text() == original
     assert sorted(p.relative_to(old) for p in old.rglob("*")) == before
-    assert poc_state(fresh, fresh.data_dir, scheduled=False)["stages"]["baseline"]["status"] == (
-        "due"
-    )
+    assert poc_state(fresh, fresh.data_dir, scheduled=False).stages["baseline"].status == "due"
     with pytest.raises(CkptPocError, match="already exists"):
         fresh_plan(path, now=now)

@@ -224,7 +224,7 @@ def record(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     build_poc(data_dir)
     plan = make_plan(poc=POC, data_dir=str(data_dir))
     result = build_record(plan, context(plan, data_dir), n_resamples=200)
-    return {**result, "data_dir": data_dir, "plan": plan}
+    return {**result.to_json(), "data_dir": data_dir, "plan": plan}
 
 
 def test_html_sections_numbers_lineage_escaped(record: dict[str, Any]) -> None:
@@ -287,10 +287,10 @@ def test_number_check_can_fail(record: dict[str, Any], tmp_path: Path) -> None:
 def test_no_data_record(tmp_path: Path) -> None:
     plan = make_plan(poc=POC, data_dir=str(tmp_path))
     result = build_record(plan, context(plan, tmp_path), n_resamples=100)
-    assert set(result["verdicts"].values()) == {"no data"}
-    assert result["exit"] == "not tried"
-    assert not any(g["passed"] for k, g in result["gates"].items() if k != "synthetic_workload")
-    assert Path(result["pdf"]).read_bytes().startswith(b"%PDF")
+    assert set(result.verdicts.values()) == {"no data"}
+    assert result.exit == "not tried"
+    assert not any(g["passed"] for k, g in result.gates.items() if k != "synthetic_workload")
+    assert Path(result.pdf).read_bytes().startswith(b"%PDF")
 
 
 def test_cli_json_prints_exactly_the_record_keys(

@@ -96,7 +96,7 @@ def test_a_run_of_another_host_is_never_cleaned(tmp_path: Path) -> None:
     marker.parent.mkdir(parents=True)
     marker.write_text(json.dumps({"run_id": "remote", "host": "another-node", "pid": 1}))
     assert clean_uncommitted(data, "demo") == []
-    assert [r["run_id"] for r in status_summary(data, "demo")["running"]] == ["remote"]
+    assert [r.run_id for r in status_summary(data, "demo").running] == ["remote"]
 
 
 @pytest.mark.parametrize("outcome", ["complete", "refused: gate 'recovery' failed"])

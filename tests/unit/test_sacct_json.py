@@ -85,7 +85,7 @@ def baseline(tmp_path: Path, name: str, text: str) -> BaselineResult:
 @pytest.fixture(scope="module")
 def psv_summary(tmp_path_factory: pytest.TempPathFactory) -> dict:
     text = "|".join(SACCT_FIELDS) + "\n" + "\n".join(PSV_ALLOCATIONS) + "\n"
-    return baseline(tmp_path_factory.mktemp("psv"), "jobs.psv", text).summary
+    return baseline(tmp_path_factory.mktemp("psv"), "jobs.psv", text).summary.to_json()
 
 
 def test_the_fixtures_are_what_the_generator_writes() -> None:
@@ -138,7 +138,7 @@ def test_untracked_tres_counts_are_dropped_not_a_bad_row() -> None:
     text = sacct_json.tres_text(entries, "tres.allocated")
     assert text == "cpu=4,gres/gpu=2"
     parsed = fields.parse_tres(text)
-    assert not parsed["bad"] and parsed["gpus"] == 2
+    assert not parsed.bad and parsed.gpus == 2
 
 
 def test_time_limit_and_open_jobs() -> None:
@@ -172,7 +172,7 @@ def test_an_unseen_version_is_read_as_far_as_it_goes_and_named_in_a_warning(
     assert "has not seen (it reads v0.0.37–v0.0.44)" in message
     assert "read 11 of 12 jobs" in message
     assert "first field it could not read: jobs[5] time.limit: list" in message
-    s = result.summary
+    s = result.summary.to_json()
     # The unreadable job (5006, the CANCELLED one) is quarantined; every other job is read.
     assert s["rows_quarantined"] == 1
     (quarantined,) = pq.read_table(result.written["quarantine"][0]).to_pylist()

@@ -369,10 +369,10 @@ def test_sample_window_reads_history_from_where_the_last_run_ended(
         first = sample(plan, ctx, node="local-a")
     with open_run(plan, path, "sample_window") as ctx:
         second = sample(plan, ctx, node="local-a")
-    assert second["from"] == first["to"]
+    assert second.from_ == first.to
     samples = read_dataset(SAMPLES, data_dir=plan.data_dir, poc=plan.poc)
     gaps = read_dataset(SAMPLE_GAPS, data_dir=plan.data_dir, poc=plan.poc)
-    assert first["samples"] > 0 and len(samples) == first["samples"] + second["samples"]
+    assert first.samples > 0 and len(samples) == first.samples + second.samples
     assert not samples.duplicated(["node", "source", "entity", "metric", "t_to"]).any()
     assert set(samples["node"]) == {"local-a"}  # local-b's GPU is never read
     assert set(samples["entity"]) <= {A, C}

@@ -16,7 +16,7 @@ def _summary(path, tmp_path):
     plan = load_plan(REPO / "plans" / "demo.yaml").model_copy(update={"data_dir": str(tmp_path)})
     return run_baseline(
         plan, make_run_context(plan, REPO / "plans" / "demo.yaml"), sacct_file=str(path)
-    ).summary
+    ).summary.to_json()
 
 
 def test_header_noheader_and_json_dumps_agree(tmp_path) -> None:

@@ -78,8 +78,8 @@ def test_epoch_and_iso_times_with_each_entitys_median_interval(tmp_path, write_p
     ]
     notes: list[str] = []
     summary, ctx = _run(write_plan, _csv(tmp_path, lines), notes)
-    assert list(summary) == SUMMARY_KEYS
-    assert summary == {
+    assert list(summary.to_json()) == SUMMARY_KEYS
+    assert summary.to_json() == {
         "rows_read": 7,
         "rows_quarantined": 0,
         "entities": 2,
@@ -114,7 +114,7 @@ def test_a_spacing_over_the_factor_is_a_gap(tmp_path, write_plan) -> None:
     offsets = [0, 10, 20, 30, 75, 85, 145, 155]
     path = _csv(tmp_path, ["ts,gpu,util", *(f"{T0 + o},g0,1" for o in offsets)])
     summary, ctx = _run(write_plan, path)
-    assert (summary["gaps"], summary["gap_seconds"], summary["interval_s"]) == (1, 50.0, 10.0)
+    assert (summary.gaps, summary.gap_seconds, summary.interval_s) == (1, 50.0, 10.0)
     gaps = _read(SAMPLE_GAPS, ctx)
     assert len(gaps) == 1
     gap = gaps.iloc[0]
@@ -126,7 +126,7 @@ def test_a_spacing_over_the_factor_is_a_gap(tmp_path, write_plan) -> None:
 
     summary, ctx = _run(write_plan, path, gap_factor=4, metric="gpu_utilization")
     gaps = _read(SAMPLE_GAPS, ctx).sort_values("t_from")
-    assert summary["gaps"] == 2 and summary["gap_seconds"] == 85.0
+    assert summary.gaps == 2 and summary.gap_seconds == 85.0
     assert list(gaps["reason"]) == [
         "spacing 45 s > 4 × interval 10 s",
         "spacing 60 s > 4 × interval 10 s",
@@ -177,9 +177,9 @@ def test_bad_rows_are_quarantined_by_line_with_reason_and_raw_text(
     monkeypatch.setattr(csv_export, "READ_BLOCK", block)
     path = _csv(tmp_path, BAD)
     summary, ctx = _run(write_plan, path)
-    assert summary["rows_read"] == len(BAD) - 1
-    assert summary["rows_quarantined"] == len(BAD_REASONS)
-    assert summary["entities"] == 1 and summary["mean_value"] == 20.0
+    assert summary.rows_read == len(BAD) - 1
+    assert summary.rows_quarantined == len(BAD_REASONS)
+    assert summary.entities == 1 and summary.mean_value == 20.0
     q = _read(QUARANTINE, ctx).sort_values("source_line")
     assert dict(zip(q["source_line"], q["reason"], strict=True)) == BAD_REASONS
     assert list(q["raw"]) == [BAD[n - 1] for n in BAD_REASONS]
@@ -187,7 +187,7 @@ def test_bad_rows_are_quarantined_by_line_with_reason_and_raw_text(
     assert not q.duplicated(list(QUARANTINE.key)).any()
     samples = _read(SAMPLES, ctx)
     assert sorted(samples["value"]) == [10.0, 20.0, 30.0]  # line 3's 20 kept, not line 11's 99
-    assert len(samples) + len(q) == summary["rows_read"]
+    assert len(samples) + len(q) == summary.rows_read
 
 
 def test_samples_written_in_parts_read_back_without_duplicates(
@@ -197,9 +197,9 @@ def test_samples_written_in_parts_read_back_without_duplicates(
     lines = ["ts,gpu,util"] + [f"{T0 + 60 * i},g{i % 3},{i}" for i in range(50)]
     summary, ctx = _run(write_plan, _csv(tmp_path, lines))
     samples = _read(SAMPLES, ctx)
-    assert len(samples) == 50 == summary["rows_read"]
+    assert len(samples) == 50 == summary.rows_read
     assert not samples.duplicated(list(SAMPLES.key)).any()
-    assert summary["interval_s"] == 180.0 and summary["mean_value"] == 24.5
+    assert summary.interval_s == 180.0 and summary.mean_value == 24.5
     assert len(list((ctx.data_dir / ctx.poc / "samples").rglob("*.parquet"))) >= 8
 
 
@@ -230,8 +230,8 @@ def test_a_single_sample_entity_takes_the_others_median_or_is_quarantined(
     lines = ["ts,gpu,util", f"{T0},g0,1", f"{T0 + 10},g0,1", f"{T0},g1,1", f"{T0 + 30},g1,1"]
     notes: list[str] = []
     summary, ctx = _run(write_plan, _csv(tmp_path, [*lines, f"{T0 + 7},lone,9"]), notes)
-    assert summary["entities"] == 3 and summary["interval_s"] == 20.0
-    assert summary["rows_quarantined"] == 0
+    assert summary.entities == 3 and summary.interval_s == 20.0
+    assert summary.rows_quarantined == 0
     assert notes == [
         "1 entity with a single sample (lone) took the median interval of the others, 20 s"
     ]
@@ -240,7 +240,7 @@ def test_a_single_sample_entity_takes_the_others_median_or_is_quarantined(
 
     only = _csv(tmp_path, ["ts,gpu,util", f"{T0},a,1", f"{T0},b,2"], "only.csv")
     summary, ctx = _run(write_plan, only)
-    assert summary == {
+    assert summary.to_json() == {
         "rows_read": 2,
         "rows_quarantined": 2,
         "entities": 0,

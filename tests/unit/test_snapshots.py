@@ -26,6 +26,7 @@ from tasks.data.errors import BlastRadiusError, CkptPocError
 from tasks.data.plan import AllowedChange, Plan, Watch, load_plan
 from tasks.data.runctx import make_run_context
 from tasks.exit.exit_diff import diff_snapshots, exit_diff
+from tasks.exit.exit_result import ExitDiff
 from tasks.exit.snapshots import collect, latest_snapshot, take_snapshot
 from tests.support.common import REPO
 
@@ -70,7 +71,7 @@ def snapshot(plan: Plan, path: Path, phase: str, node: str = "local-a") -> pd.Da
     return df
 
 
-def diff(plan: Plan, path: Path, a: str, b: str) -> dict:
+def diff(plan: Plan, path: Path, a: str, b: str) -> ExitDiff:
     ctx = make_run_context(plan, path, stage="exit_diff")
     result = exit_diff(plan, ctx, a, b)
     ctx.commit()

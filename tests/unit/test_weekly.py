@@ -229,13 +229,13 @@ def test_measured_rows_exact_values_and_verdicts() -> None:
     oh = row(rows, "overhead_pct", "both")
     want = compare_paired([101, 102, 103] * 2, [100.0] * 6, threshold_pct=2)
     assert oh["n"] == 6
-    assert oh["value"] == pytest.approx(want["overhead_pct"])
-    assert (oh["ci_low"], oh["ci_high"]) == pytest.approx((want["ci_low_pct"], want["ci_high_pct"]))
+    assert oh["value"] == pytest.approx(want.overhead_pct)
+    assert (oh["ci_low"], oh["ci_high"]) == pytest.approx((want.ci_low_pct, want.ci_high_pct))
     assert oh["verdict"] == "undecided"  # CI [1, 3] % straddles 2 %: more runs decide
 
     cs = row(rows, "cold_start_speedup", "both")
     want = compare_speedup([3.0] * 3, [1.0, 1.0, 1.5], threshold=1.5)
-    assert cs["value"] == pytest.approx(3.0) == pytest.approx(want["speedup"])
+    assert cs["value"] == pytest.approx(3.0) == pytest.approx(want.speedup)
     assert cs["verdict"] == "met"
 
     g = row(rows, "goodput", "managed")
@@ -455,14 +455,14 @@ def test_build_weekly_report_writes_rows_and_html(tmp_path: Path) -> None:
         stage="weekly_report",
     )
     result = build_weekly_report(plan, ctx, W1)
-    assert result["week"] == W1
-    assert Path(result["html"]) == data_dir / "demo" / "reports_html" / f"{W1}.html"
-    assert Path(result["html"]).exists()
-    iv = next(r for r in result["rows"] if r["measure"] == "checkpoint_interval_s")
+    assert result.week == W1
+    assert Path(result.html) == data_dir / "demo" / "reports_html" / f"{W1}.html"
+    assert Path(result.html).exists()
+    iv = next(r for r in result.rows if r["measure"] == "checkpoint_interval_s")
     assert iv["basis"] == "extrapolated" and iv["inputs"]["delta_s"] == 4.0
-    json.dumps(result)  # JSON-ready for the CLI
+    json.dumps(result.to_json())  # JSON-ready for the CLI
     stored = read_dataset(REPORTS, data_dir=data_dir, poc="demo", include_uncommitted=True)
-    assert len(stored) == len(result["rows"])
+    assert len(stored) == len(result.rows)
     assert set(stored["run_id"]) == {"report-1"} and set(stored["week"]) == {W1}
     rec = stored[(stored["measure"] == "recovery_s") & (stored["arm"] == "managed")]
     assert rec["value"].iloc[0] == 3.0 and rec["verdict"].iloc[0] == "met"

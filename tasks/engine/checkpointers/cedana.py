@@ -284,7 +284,7 @@ class CedanaRequest:
             "Content-Type": "application/json",
         }
 
-    def redacted(self) -> dict[str, Any]:
+    def redacted(self) -> dict[str, Any]:  # a dict: the request as JSON, for a record
         """What an event or dataset may record."""
         return {"method": self.method, "url": self.url, "headers": self.headers, "json": self.json}
 
@@ -463,6 +463,7 @@ def _k8s_name(name: str) -> str:
     return name
 
 
+# a dict: a Kubernetes manifest (JSON)
 def opt_in_pod(
     pod: Mapping[str, Any], plan: Plan, *, arm: str, node: str, interval_s: float | None = None
 ) -> dict[str, Any]:
@@ -500,6 +501,7 @@ def opt_in_pod(
     return out
 
 
+# a dict: a Kubernetes manifest (JSON)
 def pod_manifest(
     plan: Plan, *, arm: str, node: str, name: str, image: str, command: list[str]
 ) -> dict[str, Any]:

@@ -131,7 +131,7 @@ class GpuCriuCheckpointer:
                 self._bring_back(pid, "a failed CRIU dump")
             raise
         phases["criu_dump"] = time.perf_counter() - t0
-        meta = {"capability": self.capability.as_dict(), "cuda_pids": pids, "toggle": self.how}
+        meta = {"capability": self.capability.to_json(), "cuda_pids": pids, "toggle": self.how}
         (ckpt.path / GPU_META).write_text(json.dumps(meta))
         if leave_running:
             for pid in toggled:
@@ -146,7 +146,7 @@ class GpuCriuCheckpointer:
     def how(self) -> str:
         return "driver-api" if self.driver is not None else "cuda-checkpoint in CRIU's plugin"
 
-    def _said(self) -> dict[str, Any]:
+    def _said(self) -> dict[str, Any]:  # a dict: an event's fields, as kwargs
         if self.driver is None:
             return {"toggle": self.how, "note": "the GPU phases are inside CRIU's"}
         return {"toggle": self.how}

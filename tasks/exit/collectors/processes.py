@@ -200,6 +200,7 @@ def _top(info: ProcessInfo, procs: ProcessTable) -> ProcessInfo:
     return top
 
 
+# a dict: merged into an item's JSON value
 def process_facts(pid: int, procs: ProcessTable, obs: Observation) -> dict[str, Any]:
     """What the exit diff attributes a process by: exe, PoC markers, deleted exe."""
     info = procs[pid]

@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,7 +104,50 @@ def _leave_job_cgroup(pid: int) -> str:
     return f"its own session, moved out of {cgroup}"
 
 
-def start(spec_path: Path) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class RecorderStarted:
+    """A recorder started: its pid, how it runs, whether its first flush came; where
+    fanotify could not be had, why (the whole span is then a gap)."""
+
+    pid: int
+    how: str
+    started: bool
+    unavailable: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pid": self.pid, "how": self.how, "started": self.started}
+        if self.unavailable is not None:
+            out["unavailable"] = self.unavailable
+        return out
+
+    @classmethod
+    def from_json(cls, answer: dict[str, Any]) -> RecorderStarted:
+        return cls(
+            int(answer.get("pid", 0)),
+            str(answer.get("how", "")),
+            bool(answer.get("started", False)),
+            answer.get("unavailable"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RecorderStopped:
+    """A recorder stopped (False: no pid file, nothing to stop); ``left``: what is still
+    there after the stop."""
+
+    stopped: bool
+    how: str | None
+    left: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"stopped": self.stopped, "how": self.how, "left": self.left}
+
+    @classmethod
+    def from_json(cls, answer: dict[str, Any]) -> RecorderStopped:
+        return cls(bool(answer.get("stopped", False)), answer.get("how"), answer.get("left", []))
+
+
+def start(spec_path: Path) -> RecorderStarted:
     """Start the recorder of ``spec_path`` detached; wait for its first flush (its marks
     placed); return its pid and how it runs."""
     spec = json.loads(spec_path.read_text())
@@ -144,7 +188,7 @@ def start(spec_path: Path) -> dict[str, Any]:
         if not _not_zombie(pid):  # gone (not `alive`: its exec may not have happened yet)
             break
         time.sleep(0.05)
-    return {"pid": pid, "how": how, "started": (folder / LOG_NAME).exists()}
+    return RecorderStarted(pid, how, (folder / LOG_NAME).exists())
 
 
 def alive(pid: int) -> bool:
@@ -166,14 +210,14 @@ def _not_zombie(pid: int) -> bool:
         return False
 
 
-def stop(folder: Path) -> dict[str, Any]:
+def stop(folder: Path) -> RecorderStopped:
     """Stop the recorder whose pid file is in ``folder`` (SIGTERM: it flushes and ends;
     SIGKILL after STOP_TIMEOUT_S) and check it is gone: ``left`` names what is not."""
     how = (folder / HOW_NAME).read_text() if (folder / HOW_NAME).exists() else None
     try:
         pid = int((folder / PID_NAME).read_text())
     except (OSError, ValueError):
-        return {"stopped": False, "how": how, "left": []}
+        return RecorderStopped(False, how, [])
     if how and how.startswith("systemd:"):
         subprocess.run(["systemctl", "stop", how.split(":", 1)[1]], capture_output=True)
     elif alive(pid):
@@ -197,7 +241,7 @@ def stop(folder: Path) -> dict[str, Any]:
             left.append(f"unit {how.split(':', 1)[1]} ({shown.stdout.strip()})")
     (folder / PID_NAME).unlink(missing_ok=True)
     (folder / HOW_NAME).unlink(missing_ok=True)
-    return {"stopped": True, "how": how, "left": left}
+    return RecorderStopped(True, how, left)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -207,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     path = Path(args[1])
     result = start(path) if args[0] == "start" else stop(path)
-    print(json.dumps(result))
+    print(json.dumps(result.to_json()))
     return 0
 
 

@@ -273,6 +273,7 @@ class WriterRecorder:
             return replace(proc, exe=exe, run_from=earlier, markers=())
         return replace(proc, run_from=tuple(dict.fromkeys((*proc.run_from, *earlier))))
 
+    # a dict: the log document written as JSON
     def log(self, stopped: bool) -> dict[str, Any]:
         rows = [
             {

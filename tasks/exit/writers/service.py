@@ -22,7 +22,7 @@ import logging
 import os
 import socket
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,7 @@ def _manifests(plan: Plan) -> list[str]:
         return []  # no install of this kind here (Kubernetes, another checkpointer)
 
 
+# a dict: the recorder's spec.json document
 def _spec(
     plan: Plan, host: str, skip: list[str], poc_folders: list[str], globs: list[str]
 ) -> dict[str, Any]:
@@ -130,11 +131,12 @@ def _spec(
     }
 
 
+# a dict: the daemon's JSON answer, from another host too
 def _on_host(plan: Plan, host: str, action: str, arg: Path) -> dict[str, Any]:
     """Run the daemon's ``action`` for ``host``: here locally, on the node through the
     install's path on Slurm; its JSON answer."""
     if plan.cluster.kind == "local":
-        return daemon.start(arg) if action == "start" else daemon.stop(arg)
+        return (daemon.start(arg) if action == "start" else daemon.stop(arg)).to_json()
     argv = [sys.executable, "-m", "tasks.exit.writers.daemon", action, str(arg)]
     done = on_node(plan, host, argv, {"PYTHONPATH": str(REPO)})
     try:
@@ -148,26 +150,27 @@ def _on_host(plan: Plan, host: str, action: str, arg: Path) -> dict[str, Any]:
 
 def start_recorders(
     plan: Plan, skip: list[str], poc_folders: list[str], globs: list[str]
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, daemon.RecorderStarted]:
     """Start a recorder per host (:func:`recorder_hosts`): ``skip`` the folders it never
     records (the PoC's own, /proc, /sys), ``poc_folders`` where an executable is the PoC's,
     ``globs`` the install's known executables and units. Per host: its pid and how it runs."""
-    started = {}
+    started: dict[str, daemon.RecorderStarted] = {}
     for host in recorder_hosts(plan):
         folder = recorder_folder(plan, host)
         folder.mkdir(parents=True, exist_ok=True)
         spec_path = folder / "spec.json"
         spec_path.write_text(json.dumps(_spec(plan, host, skip, poc_folders, globs)))
-        started[host] = _on_host(plan, host, "start", spec_path)
+        started[host] = daemon.RecorderStarted.from_json(_on_host(plan, host, "start", spec_path))
         written = read_writer_log(plan, host)
         if written is None:
             errors = folder / "recorder.log"
             tail = errors.read_text()[-500:].strip() if errors.exists() else ""
-            log.warning("writer recorder on %s did not start: %s", host, tail or started[host])
+            shown = tail or started[host].to_json()
+            log.warning("writer recorder on %s did not start: %s", host, shown)
         elif why := written.fanotify_unavailable:
             # Said once, here; the whole span is a gap and the exit attributes as before.
             log.warning("writer recorder on %s: %s; attributed without writers", host, why)
-            started[host]["unavailable"] = why
+            started[host] = replace(started[host], unavailable=why)
     return started
 
 
@@ -178,8 +181,8 @@ def stop_recorders(plan: Plan) -> dict[str, WriterLog | None]:
     for host in recorder_hosts(plan):
         folder = recorder_folder(plan, host)
         if folder.exists():
-            answer = _on_host(plan, host, "stop", folder)
-            left += [f"{host}: {what}" for what in answer.get("left", [])]
+            answer = daemon.RecorderStopped.from_json(_on_host(plan, host, "stop", folder))
+            left += [f"{host}: {what}" for what in answer.left]
         logs[host] = read_writer_log(plan, host)
     if left:
         raise CkptPocError(f"the writer recorder is still there after its stop: {left}")

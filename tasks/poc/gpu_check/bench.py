@@ -50,6 +50,7 @@ class Bench:
         self.plugins_off = self.out / "no-criu-plugins"  # the toggle is ours, not a plugin's
         self.plugins_off.mkdir(exist_ok=True)
 
+    # a dict: a row of gpu-check.parquet
     def row(self, step: str, ok: bool, **values: Any) -> dict[str, Any]:
         """Keep one measurement (every run, never only the best) and return it."""
         for key in ("phases", "detail"):
@@ -95,6 +96,7 @@ def workload(module: str, *args: str) -> list[str]:
     return [sys.executable, "-u", "-m", f"examples.gpu.{module}", *args]
 
 
+# a dict: a JSON answer
 def get_json(url: str, timeout: float = 5) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=timeout) as resp:
         return dict(json.loads(resp.read()))

@@ -82,11 +82,12 @@ def _bench(args: argparse.Namespace) -> tuple[Bench, str]:
     return Bench(args.out, capability, driver, criu, args.device), said
 
 
+# a dict: the summary.json document
 def run(args: argparse.Namespace) -> dict[str, Any]:
     started = time.time()
     bench, criu_said = _bench(args)
     cap = bench.capability
-    bench.row("capability", cap.can_checkpoint, detail={**cap.as_dict(), "criu": criu_said})
+    bench.row("capability", cap.can_checkpoint, detail={**cap.to_json(), "criu": criu_said})
     _fingerprint(bench)
     try:
         if bench.driver is None:
@@ -141,6 +142,7 @@ def _median(rows: list[dict[str, Any]], step: str, **match: Any) -> float | None
     return statistics.median(vals) if vals else None
 
 
+# a dict: the summary.json document
 def _summary(
     bench: Bench, args: argparse.Namespace, started: float, criu: str, stopped: str | None
 ) -> dict[str, Any]:
@@ -151,7 +153,7 @@ def _summary(
         "at": dt.datetime.now(dt.UTC).isoformat(),
         "host": platform.node(),
         "python": sys.version.split()[0],
-        "capability": bench.capability.as_dict(),
+        "capability": bench.capability.to_json(),
         "criu": criu,
         "mode": "criu+toggle" if bench.criu else "toggle only (CRIU does not run here)",
         "stopped": stopped,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ def record_dir(data_dir: str | Path, poc: str) -> Path:
     return Path(data_dir) / poc / "record"
 
 
+# a dict: the decision.json document as read (status prints it)
 def read_decision(data_dir: str | Path, poc: str) -> dict[str, Any] | None:
     """The decision the latest record took (week, decision, decision_reason, built_at), or
     None before any record was built."""
@@ -181,7 +183,39 @@ def build_document(
     return write_document(f), summary
 
 
-def build_record(plan: Plan, ctx: RunContext, *, n_resamples: int = N_RESAMPLES) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """The record built: its two files and its summary (what the flow hands on)."""
+
+    html: str
+    pdf: str
+    week: str
+    decision: str
+    decision_reason: str
+    decision_detail: dict[str, Any]  # the decision's own JSON form
+    verdicts: dict[str, str]  # measure → verdict
+    gates: dict[str, dict[str, Any]]  # gate → passed, reason, effect, holds
+    exit: str
+    table: list[list[str]]
+    compatibility: dict[str, Any]  # section_json's form
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "html": self.html,
+            "pdf": self.pdf,
+            "week": self.week,
+            "decision": self.decision,
+            "decision_reason": self.decision_reason,
+            "decision_detail": self.decision_detail,
+            "verdicts": self.verdicts,
+            "gates": self.gates,
+            "exit": self.exit,
+            "table": self.table,
+            "compatibility": self.compatibility,
+        }
+
+
+def build_record(plan: Plan, ctx: RunContext, *, n_resamples: int = N_RESAMPLES) -> DecisionRecord:
     """Read the committed datasets and write ``<data_dir>/<poc>/record/decision-record.html``
     and ``.pdf`` (atomically; the latest run wins). Writes no dataset rows."""
     doc, summary = build_document(plan, ctx.data_dir, n_resamples=n_resamples)
@@ -190,9 +224,13 @@ def build_record(plan: Plan, ctx: RunContext, *, n_resamples: int = N_RESAMPLES)
     html_file, pdf_file = out / "decision-record.html", out / "decision-record.pdf"
     write_atomically(html_file, render_html(doc, title).encode("utf-8"))
     write_atomically(pdf_file, render_pdf(doc, title))
-    result = {"html": str(html_file), "pdf": str(pdf_file), **summary}
+    result = DecisionRecord(html=str(html_file), pdf=str(pdf_file), **summary)
     # `status` shows the decision from here, without judging every week again.
-    decision = {k: result[k] for k in ("week", "decision", "decision_reason")}
+    decision: dict[str, Any] = {
+        "week": result.week,
+        "decision": result.decision,
+        "decision_reason": result.decision_reason,
+    }
     decision["built_at"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     write_atomically(out / DECISION_FILE, json.dumps(decision, indent=1).encode("utf-8"))
     return result

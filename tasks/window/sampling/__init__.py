@@ -32,6 +32,7 @@ class Attribution:
     trial_id: str | None = None
     attributed_by: str = "none"  # env | cgroup | gres | cuda_visible_devices | label | none
 
+    # a dict: a sample row's columns
     def columns(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,

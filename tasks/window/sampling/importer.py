@@ -170,7 +170,7 @@ def import_samples(
     unit: str = "percent",
     device: str = "unknown",
     notes: list[str] | None = None,
-) -> dict[str, Any]:
+) -> ImportSummary:
     """Read a CSV export into `samples`, `sample_gaps` and `quarantine`, then commit the run.
 
     Nothing is written when the file cannot be imported at all (a missing column, a node
@@ -385,19 +385,47 @@ def _write_quarantine(read: ExportRead, path: Path, target: _Target) -> int:
     return n
 
 
+@dataclass(frozen=True, slots=True)
+class ImportSummary:
+    """What an import read and wrote (the samples_import flow's summary)."""
+
+    rows_read: int
+    rows_quarantined: int
+    entities: int
+    first: float | None  # epoch seconds of the first and last sample
+    last: float | None
+    interval_s: float | None  # the median interval over every entity
+    gaps: int
+    gap_seconds: float
+    mean_value: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rows_read": self.rows_read,
+            "rows_quarantined": self.rows_quarantined,
+            "entities": self.entities,
+            "first": self.first,
+            "last": self.last,
+            "interval_s": self.interval_s,
+            "gaps": self.gaps,
+            "gap_seconds": self.gap_seconds,
+            "mean_value": self.mean_value,
+        }
+
+
 def _summary(
     read: ExportRead, rows: _Rows, quarantined: int, median_all: float | None, gaps: _Gaps
-) -> dict[str, Any]:
+) -> ImportSummary:
     times, values = rows.times, rows.values
     gap_us = (gaps.t_to - gaps.t_from).sum() if len(gaps.t_from) else 0
-    return {
-        "rows_read": read.rows_read,
-        "rows_quarantined": quarantined,
-        "entities": len(np.unique(rows.codes)),
-        "first": float(times.min()) / 1e6 if len(times) else None,
-        "last": float(times.max()) / 1e6 if len(times) else None,
-        "interval_s": median_all,
-        "gaps": len(gaps.t_from),
-        "gap_seconds": float(gap_us) / 1e6,
-        "mean_value": float(values.mean()) if len(values) else None,
-    }
+    return ImportSummary(
+        rows_read=read.rows_read,
+        rows_quarantined=quarantined,
+        entities=len(np.unique(rows.codes)),
+        first=float(times.min()) / 1e6 if len(times) else None,
+        last=float(times.max()) / 1e6 if len(times) else None,
+        interval_s=median_all,
+        gaps=len(gaps.t_from),
+        gap_seconds=float(gap_us) / 1e6,
+        mean_value=float(values.mean()) if len(values) else None,
+    )

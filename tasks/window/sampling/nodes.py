@@ -13,7 +13,6 @@ import signal
 import socket
 import threading
 from collections.abc import Iterator
-from typing import Any
 
 from tasks.data.datasets import TRIALS
 from tasks.data.errors import BlastRadiusError
@@ -26,6 +25,7 @@ from tasks.window.sampling import Backend
 from tasks.window.sampling.attribution import ProcessAttributor, slurm_jobs_from_trials
 from tasks.window.sampling.span import (
     STAGE,
+    SampleRun,
     SpanWriter,
     covered_until,
     run_span,
@@ -97,7 +97,7 @@ def sample(
     node: str | None = None,
     flush_s: float | None = None,
     stop: threading.Event | None = None,
-) -> dict[str, Any]:
+) -> SampleRun:
     """One sampler run over the plan's (or the given) span on each node, committed."""
     nodes = nodes_to_sample(plan, node)
     span = float(span_s if span_s is not None else plan.window.span_s)
@@ -137,7 +137,7 @@ def _stop_on_sigterm(stop: threading.Event) -> Iterator[None]:
 
 def read_prometheus_history(
     plan: Plan, ctx: RunContext, nodes: list[str], span_s: float
-) -> dict[str, Any]:
+) -> SampleRun:
     """Read each node's history from where the committed rows end (or one span back) to a
     little before now: Prometheus keeps what a missed run did not read, so only its own
     holes (an exporter outage) become gaps. The last two steps are left for the next run:
@@ -168,15 +168,15 @@ def read_prometheus_history(
         writer.gaps.extend(gaps)
         spans[node] = (start.isoformat(), until.isoformat())
     writer.flush()
-    return {
-        "run_id": ctx.run_id,
-        "nodes": nodes,
-        "reads": len(spans),
-        "samples": writer.rows_written["samples"],
-        "gaps": writer.rows_written["gaps"],
-        "parts": writer.parts,
-        "salvaged_runs": salvaged,
-        "from": min((f for f, _ in spans.values()), default=until.isoformat()),
-        "to": until.isoformat(),
-        "data_dir": str(ctx.data_dir),
-    }
+    return SampleRun(
+        run_id=ctx.run_id,
+        nodes=nodes,
+        reads=len(spans),
+        samples=writer.rows_written["samples"],
+        gaps=writer.rows_written["gaps"],
+        parts=writer.parts,
+        salvaged_runs=salvaged,
+        from_=min((f for f, _ in spans.values()), default=until.isoformat()),
+        to=until.isoformat(),
+        data_dir=str(ctx.data_dir),
+    )

@@ -52,6 +52,36 @@ class SamplingError(CkptPocError):
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class SampleRun:
+    """One sampler run committed: the nodes read, the rows and part files written."""
+
+    run_id: str
+    nodes: list[str]
+    reads: int
+    samples: int  # rows written
+    gaps: int  # gap rows written
+    parts: int
+    salvaged_runs: list[str]  # killed runs whose flushed parts this one committed
+    from_: str  # ISO times of the span
+    to: str
+    data_dir: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "nodes": self.nodes,
+            "reads": self.reads,
+            "samples": self.samples,
+            "gaps": self.gaps,
+            "parts": self.parts,
+            "salvaged_runs": self.salvaged_runs,
+            "from": self.from_,
+            "to": self.to,
+            "data_dir": self.data_dir,
+        }
+
+
 def salvage_killed_runs(data_dir: Path, poc: str) -> list[str]:
     """Commit the flushed parts of sampler runs that died before committing."""
     salvaged = []
@@ -206,7 +236,7 @@ def run_span(
     flush_s: float = FLUSH_S,
     stop: threading.Event | None = None,
     on_read: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
+) -> SampleRun:
     """Sample every node's backend for ``span_s`` seconds, then commit the run."""
     unknown = sorted(set(backends) - set(plan.cluster.nodes))
     if unknown:
@@ -245,18 +275,18 @@ def run_span(
     for backend in backends.values():
         backend.close()
     ctx.ends_as("complete" if not stop.is_set() else "stopped early")
-    return {
-        "run_id": ctx.run_id,
-        "nodes": sorted(backends),
-        "reads": reads,
-        "samples": writer.rows_written["samples"],
-        "gaps": writer.rows_written["gaps"],
-        "parts": writer.parts,
-        "salvaged_runs": salvaged,
-        "from": wall0.isoformat(),
-        "to": last_t.isoformat(),
-        "data_dir": str(ctx.data_dir),
-    }
+    return SampleRun(
+        run_id=ctx.run_id,
+        nodes=sorted(backends),
+        reads=reads,
+        samples=writer.rows_written["samples"],
+        gaps=writer.rows_written["gaps"],
+        parts=writer.parts,
+        salvaged_runs=salvaged,
+        from_=wall0.isoformat(),
+        to=last_t.isoformat(),
+        data_dir=str(ctx.data_dir),
+    )
 
 
 def _read_or_gap(

@@ -55,7 +55,32 @@ def _positive_pair(delta: float, mtbf: float) -> None:
 # --- the model's inputs ------------------------------------------------------------------------
 
 
-def interruption_rate(exposure: pd.DataFrame, gpus: int) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class InterruptionRate:
+    """λ from the latest baseline run's exposure rows, with what it was computed from."""
+
+    run_id: str
+    states: list[str]
+    interruptions: int
+    gpu_hours: float
+    node_hours: float
+    lambda_per_h: float
+    lambda_basis: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "states": self.states,
+            "interruptions": self.interruptions,
+            "interrupted_states": list(EXPOSED_STATES),
+            "gpu_hours": self.gpu_hours,
+            "node_hours": self.node_hours,
+            "lambda_per_h": self.lambda_per_h,
+            "lambda_basis": self.lambda_basis,
+        }
+
+
+def interruption_rate(exposure: pd.DataFrame, gpus: int) -> InterruptionRate | None:
     """λ per hour of job time from the latest baseline's exposure rows (package docstring)."""
     states = exposure[exposure["kind"] == "state"]
     if states.empty:
@@ -70,16 +95,15 @@ def interruption_rate(exposure: pd.DataFrame, gpus: int) -> dict[str, Any] | Non
         per_h, basis = exposed / node_h, "interruptions per node-hour (one-node job)"
     else:
         return None
-    return {
-        "run_id": str(latest),
-        "states": sorted(states["state"].dropna().astype(str)),
-        "interruptions": exposed,
-        "interrupted_states": list(EXPOSED_STATES),
-        "gpu_hours": gpu_h,
-        "node_hours": node_h,
-        "lambda_per_h": per_h,
-        "lambda_basis": basis,
-    }
+    return InterruptionRate(
+        run_id=str(latest),
+        states=sorted(states["state"].dropna().astype(str)),
+        interruptions=exposed,
+        gpu_hours=gpu_h,
+        node_hours=node_h,
+        lambda_per_h=per_h,
+        lambda_basis=basis,
+    )
 
 
 def _median(values: pd.Series) -> float | None:
@@ -122,7 +146,7 @@ def _model(c: WeekRows, exposure: pd.DataFrame) -> _Model:
         lost_from = "median work_lost_gpu_h × 3600 / workload GPUs"
     tau_plan = float(plan.checkpointer.interval_s)
     inputs: dict[str, Any] = {
-        "exposure": lam,
+        "exposure": lam.to_json() if lam else None,
         "delta_s": delta,
         "delta_from": "median freeze_s" if freeze is not None else "median dump_s",
         "checkpoint_trials": {"n": n_delta, "run_ids": runs_of(ckpt)},
@@ -145,11 +169,11 @@ def _model(c: WeekRows, exposure: pd.DataFrame) -> _Model:
         r_unmanaged=r_u,
         lost_unmanaged=lost_u,
         n_recovery=len(rec_m) + len(rec_u),
-        rate_s=lam["lambda_per_h"] / 3600 if lam else None,
+        rate_s=lam.lambda_per_h / 3600 if lam else None,
         tau_plan=tau_plan,
         missing=[k for k, v in (("λ", lam), ("δ", delta), ("R_managed", r_m)) if v is None],
         inputs=inputs,
-        runs=[*runs_of(ckpt), *runs_of(rec_m), *runs_of(rec_u), *([lam["run_id"]] if lam else [])],
+        runs=[*runs_of(ckpt), *runs_of(rec_m), *runs_of(rec_u), *([lam.run_id] if lam else [])],
     )
 
 

@@ -4,6 +4,7 @@ what each pools)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -21,6 +22,7 @@ from tasks.data.measures import (
     OVERHEAD_PCT,
     RECOVERY_S,
     WORK_LOST_GPU_H,
+    Measure,
 )
 from tasks.data.page_cache import judged
 from tasks.experiments.stats import compare_paired, compare_speedup
@@ -85,13 +87,13 @@ def overhead_row(c: WeekRows) -> None:
     c.add(
         OVERHEAD_PCT,
         "both",
-        cmp["n"],
-        cmp["overhead_pct"],
+        cmp.n,
+        cmp.overhead_pct,
         f"tasks.experiments.stats.compare_paired over steady pairs in segment {c.segment} to date: "
-        f"median (managed/unmanaged run_s − 1)·100, {cmp['ci_method']}; verdict by CI",
-        ci=(cmp["ci_low_pct"], cmp["ci_high_pct"]),
-        verdict=cmp["verdict"] if cmp["verdict"] in ("met", "undecided") else "not met",
-        note=cmp["verdict_reason"],
+        f"median (managed/unmanaged run_s − 1)·100, {cmp.ci_method}; verdict by CI",
+        ci=(cmp.ci_low_pct, cmp.ci_high_pct),
+        verdict=cmp.verdict if cmp.verdict in ("met", "undecided") else "not met",
+        note=cmp.verdict_reason,
         run_ids=runs_of(rows),
     )
 
@@ -116,18 +118,37 @@ def cold_start_row(c: WeekRows) -> None:
         COLD_START_SPEEDUP,
         "both",
         min(len(native), len(restore)),
-        s["speedup"],
-        f"tasks.experiments.stats.compare_speedup: {s['statistic']} native ready_s / "
-        f"{s['statistic']} "
-        f"restore ready_s (n {len(native)} / {len(restore)}), {s['ci_method']}; verdict by CI",
-        ci=(s["ci_low"], s["ci_high"]),
-        verdict=s["verdict"] if s["verdict"] in ("met", "undecided") else "not met",
-        note=s["verdict_reason"],
+        s.speedup,
+        f"tasks.experiments.stats.compare_speedup: {s.statistic} native ready_s / "
+        f"{s.statistic} "
+        f"restore ready_s (n {len(native)} / {len(restore)}), {s.ci_method}; verdict by CI",
+        ci=(s.ci_low, s.ci_high),
+        verdict=s.verdict if s.verdict in ("met", "undecided") else "not met",
+        note=s.verdict_reason,
         run_ids=runs_of(rows),
     )
 
 
-def _utilization_week(util: pd.DataFrame, week: str, arm: str) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class UtilizationWeek:
+    """One arm's UTILIZATION rows of a week, summed: both goodput readings and busy."""
+
+    rows: pd.DataFrame
+    jobs: int
+    samples: int
+    allocated_gpu_h: float
+    goodput: float
+    goodput_job_span: float | None
+    busy: float | None
+    busy_metric: str
+    provisional: str
+
+    def reading(self, measure: Measure) -> float | None:
+        """The goodput reading ``measure`` names (GOODPUT_READINGS)."""
+        return self.goodput if measure.name == GOODPUT.name else self.goodput_job_span
+
+
+def _utilization_week(util: pd.DataFrame, week: str, arm: str) -> UtilizationWeek | None:
     rows = util[(util["week"] == week) & (util["arm"] == arm)]
     alloc = float(rows["allocated_gpu_h"].sum())
     if rows.empty or alloc <= 0:
@@ -135,26 +156,26 @@ def _utilization_week(util: pd.DataFrame, week: str, arm: str) -> dict[str, Any]
     busy = rows.dropna(subset=["busy_fraction"])
     busy_alloc = float(busy["allocated_gpu_h"].sum())
     span = alloc + float(rows["queued_gpu_h"].sum())  # null (rows before it): no queue seen
-    return {
-        "rows": rows,
-        "jobs": int(rows["jobs"].sum()),
-        "samples": int(rows["samples"].sum()),
-        "allocated_gpu_h": alloc,
-        GOODPUT.name: float(rows["delivered_gpu_h"].sum()) / alloc,
+    return UtilizationWeek(
+        rows=rows,
+        jobs=int(rows["jobs"].sum()),
+        samples=int(rows["samples"].sum()),
+        allocated_gpu_h=alloc,
+        goodput=float(rows["delivered_gpu_h"].sum()) / alloc,
         # Rows written before the job-span reading have none: no figure rather than a guess.
-        GOODPUT_JOB_SPAN.name: (
+        goodput_job_span=(
             float(rows["delivered_gpu_h"].sum()) / span
             if rows["queued_gpu_h"].notna().all()
             else None
         ),
-        "busy": (
+        busy=(
             float((busy["busy_fraction"] * busy["allocated_gpu_h"]).sum()) / busy_alloc
             if busy_alloc > 0
             else None
         ),
-        "busy_metric": ",".join(sorted(busy["busy_metric"].dropna().astype(str).unique())),
-        "provisional": provisional_note(rows),
-    }
+        busy_metric=",".join(sorted(busy["busy_metric"].dropna().astype(str).unique())),
+        provisional=provisional_note(rows),
+    )
 
 
 def provisional_note(rows: pd.DataFrame) -> str:
@@ -186,14 +207,14 @@ GOODPUT_READINGS = (
 def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> None:
     for arm in (MANAGED, UNMANAGED):
         u = _utilization_week(util, c.week, arm)
-        runs = runs_of(u["rows"]) if u else []
-        provisional = u["provisional"] if u else ""
+        runs = runs_of(u.rows) if u else []
+        provisional = u.provisional if u else ""
         for measure, method in GOODPUT_READINGS:
             c.add(
                 measure,
                 arm,
-                u["jobs"] if u else 0,
-                u[measure.name] if u else None,
+                u.jobs if u else 0,
+                u.reading(measure) if u else None,
                 method,
                 run_ids=runs,
                 note=provisional,
@@ -202,13 +223,13 @@ def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> N
         c.add(
             BUSY_FRACTION,
             arm,
-            u["samples"] if u and u["busy"] is not None else 0,
-            u["busy"] if u else None,
+            u.samples if u and u.busy is not None else 0,
+            u.busy if u else None,
             "busy_fraction weighted by allocated GPU-h over the week's UTILIZATION rows"
-            + (f" (metric {u['busy_metric']})" if u and u["busy_metric"] else "")
+            + (f" (metric {u.busy_metric})" if u and u.busy_metric else "")
             + "; n = samples",
             # procfs busy is CPU cores (tasks.window.utilization), never a GPU fraction
-            unit="cores" if u and "cores" in (u["busy_metric"] or "") else None,
+            unit="cores" if u and "cores" in (u.busy_metric or "") else None,
             run_ids=runs,
             provisional=provisional,
         )
@@ -217,9 +238,9 @@ def utilization_rows(c: WeekRows, util: pd.DataFrame, seg_weeks: list[str]) -> N
     for w in seg_weeks:
         m, un = _utilization_week(util, w, MANAGED), _utilization_week(util, w, UNMANAGED)
         if m and un:
-            gains.append(m[GOODPUT.name] - un[GOODPUT.name])
-            runs += runs_of(m["rows"]) + runs_of(un["rows"])
-            still_open += [w] if m["provisional"] or un["provisional"] else []
+            gains.append(m.goodput - un.goodput)
+            runs += runs_of(m.rows) + runs_of(un.rows)
+            still_open += [w] if m.provisional or un.provisional else []
     n, value, lo, hi = summarize(pd.Series(gains, dtype=float), crit.statistic, c.n_resamples)
     verdict, note = None, ""
     if 0 < n < crit.min_weeks:

@@ -102,6 +102,7 @@ class WeekRows:
     held: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
     rows: list[dict[str, Any]] = field(default_factory=list)
 
+    # a dict: a REPORTS row (the week's rows become a DataFrame)
     def add(
         self,
         measure: Measure,

@@ -108,6 +108,7 @@ _SOURCE_ONLY = {
 _UNITS = (("_s", "s"), ("_h", "h"), ("_pct", "%"), ("_bytes", "bytes"))
 
 
+# a dict: keyed by the inputs' dotted paths
 def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
     if isinstance(value, Mapping):
         out: dict[str, Any] = {}
@@ -309,6 +310,7 @@ def weekly_markdown(
     return "\n".join(lines)
 
 
+# a dict: the HTML template's context
 def _compat_context(s: CompatSection) -> dict[str, Any]:
     """The Compatibility and Restore reliability sections' lines and rows."""
     return {

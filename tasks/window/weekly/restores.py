@@ -453,6 +453,7 @@ def section_markdown(s: CompatSection) -> list[str]:
     return lines
 
 
+# a dict: the section's JSON form (the flows' and the record's)
 def section_json(s: CompatSection) -> dict[str, Any]:
     """What the flows hand on (and the record's artifact reads)."""
     return {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +19,12 @@ from tasks.data.runctx import RunContext
 from tasks.data.store import dataset_files, stored_versions, write_dataset
 from tasks.data.weeks import current_week
 from tasks.window.weekly.goodput import HEADS as GOODPUT_HEADS
+from tasks.window.weekly.goodput import GoodputSection
+from tasks.window.weekly.interruptions import InterruptionSection
 from tasks.window.weekly.measures import sampled_rows
 from tasks.window.weekly.model import ROW_COLUMNS
 from tasks.window.weekly.render import weekly_html, weekly_markdown, weekly_table_rows
-from tasks.window.weekly.restores import section_json
+from tasks.window.weekly.restores import CompatSection, section_json
 from tasks.window.weekly.rows import read_frames, week_report, weekly_series
 
 
@@ -52,9 +55,48 @@ def _versions_read(ctx: RunContext, frames: dict[str, pd.DataFrame]) -> list[str
     return [*versions_lines(frames), events.line()]
 
 
+@dataclass(frozen=True, slots=True)
+class WeeklyReport:
+    """The week's report as the flow hands it on: its rows, the page and the sections."""
+
+    week: str
+    rows: list[dict[str, Any]]  # one per measure and arm, JSON-ready (inputs parsed)
+    change_points: list[dict[str, Any]]
+    gaps: list[dict[str, Any]]
+    html: str
+    markdown: str
+    goodput: GoodputSection
+    interruptions: InterruptionSection
+    table: list[dict[str, Any]]  # the Prefect table artifact's rows
+    compatibility: CompatSection
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "week": self.week,
+            "rows": self.rows,
+            "change_points": self.change_points,
+            "gaps": self.gaps,
+            "html": self.html,
+            "markdown": self.markdown,
+            "goodput": {
+                "status": self.goodput.status,
+                "heads": GOODPUT_HEADS,
+                "rows": self.goodput.rows,
+                "exclusions": self.goodput.exclusions,
+            },
+            "interruptions": {
+                "line": self.interruptions.line,
+                "rows": self.interruptions.rows,
+                "holds": self.interruptions.holds,
+            },
+            "table": self.table,
+            "compatibility": section_json(self.compatibility),
+        }
+
+
 def build_weekly_report(
     plan: Plan, ctx: RunContext, week: str | None = None, dask_client: Any = None
-) -> dict[str, Any]:
+) -> WeeklyReport:
     """Read the committed datasets, write the week's REPORTS rows and its HTML page; the
     caller commits the run. week None: the current ISO week (UTC). With ``dask_client``, the
     samples (the bulk of a long window) are aggregated on that Dask cluster."""
@@ -102,13 +144,13 @@ def build_weekly_report(
         )
         entry.update(note=r["note"], segment=r["segment"])
         result_rows.append(entry)
-    return {
-        "week": week,
-        "rows": result_rows,
-        "change_points": change_points,
-        "gaps": gaps,
-        "html": str(page),
-        "markdown": weekly_markdown(
+    return WeeklyReport(
+        week=week,
+        rows=result_rows,
+        change_points=change_points,
+        gaps=gaps,
+        html=str(page),
+        markdown=weekly_markdown(
             rows,
             change_points,
             gaps,
@@ -118,17 +160,8 @@ def build_weekly_report(
             report.goodput,
             versions,
         ),
-        "goodput": {
-            "status": report.goodput.status,
-            "heads": GOODPUT_HEADS,
-            "rows": report.goodput.rows,
-            "exclusions": report.goodput.exclusions,
-        },
-        "interruptions": {
-            "line": report.interruptions.line,
-            "rows": report.interruptions.rows,
-            "holds": report.interruptions.holds,
-        },
-        "table": weekly_table_rows(rows),
-        "compatibility": section_json(report.compatibility),
-    }
+        goodput=report.goodput,
+        interruptions=report.interruptions,
+        table=weekly_table_rows(rows),
+        compatibility=report.compatibility,
+    )

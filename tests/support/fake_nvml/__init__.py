@@ -21,7 +21,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "fake_nvml.c"
-REPO = HERE.parent.parent
+REPO = HERE.parents[2]
 
 # What the subprocess runs: attributors from plain dicts, N reads, rows out as JSON.
 _DRIVER = r"""

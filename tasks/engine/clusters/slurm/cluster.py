@@ -286,7 +286,7 @@ class SlurmCluster:
 
     def allocated_gpus(self, job: SlurmJob) -> int | None:
         out = self._run(["squeue", "-h", "-j", job.job_id, "-O", "tres-alloc:500"]).strip()
-        return parse_tres(out)["gpus"] if out else None
+        return parse_tres(out).gpus if out else None
 
     def start_time_epoch(self, job: SlurmJob) -> float:
         out = self._run(["scontrol", "-o", "show", "job", job.job_id])

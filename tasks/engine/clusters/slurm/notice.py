@@ -40,6 +40,7 @@ def restarts() -> int:
         return 0
 
 
+# a dict: a job spec (slurmrestd's JSON), this one with the notice's signal
 def resume_spec(spec: dict[str, Any], recorder: EventRecorder) -> dict[str, Any]:
     """The spec a requeued attempt runs: a restore, a resume from the application's own
     checkpoint, or the first attempt's run again."""

@@ -40,7 +40,7 @@ INCLUDES = (
 SIGNAL_RECORD_WAIT_S = 10
 
 
-def job_spec(t: TrialCopy, **mode: Any) -> dict[str, Any]:
+def job_spec(t: TrialCopy, **mode: Any) -> dict[str, Any]:  # a dict: a job spec (JSON)
     """A recovery copy's job: the managed arm checkpoints (copies.copy_spec)."""
     checkpoint = t.arm == MANAGED
     return copy_spec(

@@ -148,7 +148,7 @@ class SlurmNoticeRecovery(SlurmRecovery):
         return t.recorder.record(t.trial, t.arm, Ev.REQUEUED, job_id=job.job_id, state=seen.state)
 
 
-def _notice_spec(t: TrialCopy) -> dict[str, Any]:
+def _notice_spec(t: TrialCopy) -> dict[str, Any]:  # a dict: a job spec (JSON)
     """The job's spec: the notice's grace (a warned limit: its warning) and what a
     requeued attempt resumes from when it is unmanaged."""
     app = t.plan.workload.app_checkpoint

@@ -13,6 +13,7 @@ from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.paths import checkpoint_folder
 
 
+# a dict: the job's spec, a JSON file (cluster.py writes it, job.py reads it)
 def copy_spec(
     plan: Plan, trial: str, arm: str, copy_dir: Path, *, checkpoint: bool, **mode: Any
 ) -> dict[str, Any]:

@@ -53,6 +53,7 @@ def preflight(plan: Plan, ctx: RunContext, cluster: Cluster) -> None:
     cluster.preflight(ctx, PREFLIGHT_TIMEOUT_S)
 
 
+# a dict: a trials row, for a DataFrame
 def overhead_run_local(
     plan: Plan,
     ctx: RunContext,

@@ -135,6 +135,7 @@ def _sweep_job(
     return sweep_from_json(done["sweep"]), str(done["criu_version"])
 
 
+# a dict: the JSON document the sweep job writes and the harness reads back
 def sweep_to_json(sweep: WorkloadSweep) -> dict[str, Any]:
     out = dataclasses.asdict(sweep)
     out["started_at"] = sweep.started_at.isoformat()

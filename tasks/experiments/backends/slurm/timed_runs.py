@@ -80,6 +80,7 @@ READY_GRACE_S = 5.0
 NO_PERIODIC_S = 10 * 24 * 3600.0
 
 
+# a dict: a trials row's columns (those the job read)
 def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]:
     """The fingerprint the job read on its node (empty: it read none)."""
     seen = rec.events(trial, arm, Ev.NODE_FINGERPRINT)
@@ -88,6 +89,7 @@ def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]
     return {k: seen[-1].detail[k] for k in FINGERPRINT_COLUMNS if k in seen[-1].detail}
 
 
+# a dict: a trials row's columns
 def _page_cache(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]:
     """The page cache the job left before its first event (none seen: not_allowed)."""
     seen = rec.events(trial, arm, Ev.PAGE_CACHE)
@@ -151,6 +153,7 @@ def _wait_ended(cluster: SlurmCluster, job: SlurmJob, timeout_s: float) -> None:
         raise RunFailed(f"job {job.job_id} did not end within {timeout_s:.0f} s")
 
 
+# a dict: a trials row, for a DataFrame
 def overhead_run_on_slurm(
     plan: Plan,
     ctx: RunContext,
