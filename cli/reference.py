@@ -22,6 +22,7 @@ import typer.main
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from cli.app import app
+from tasks.data.render import write_atomically
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PAGE = REPO_ROOT / "docs" / "reference" / "cli.md"
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"{args.output}: {exc}", file=sys.stderr)
         return 1
-    args.output.write_text(text, encoding="utf-8")
+    write_atomically(args.output, text.encode("utf-8"))
     print(f"wrote {args.output}")
     return 0
 

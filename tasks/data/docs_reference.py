@@ -24,6 +24,7 @@ from tasks.data.dataset_spec import Column, DatasetSpec
 from tasks.data.datasets import DATASETS
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
 from tasks.data.measures import MEASURES, Measure
+from tasks.data.render import write_atomically
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # What writes the pages again; said whenever one is out of date.
@@ -269,7 +270,7 @@ def _write(page: Page, root: Path) -> str | None:
     """Write ``page`` under ``root``; the problem, if it could not be written."""
     path = root / page.path
     try:
-        path.write_text(page.text(path.read_text(encoding="utf-8")), encoding="utf-8")
+        write_atomically(path, page.text(path.read_text(encoding="utf-8")).encode("utf-8"))
     except (FileNotFoundError, ValueError) as exc:
         return f"{path}: {exc}"
     print(f"wrote {path}")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.data.plan import Plan
+from tasks.data.render import write_atomically
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO_ROOT / "docs" / "plan.schema.json"
@@ -86,9 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print(f"{args.output} is up to date")
         return 0
-    text = schema_text()
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(text, encoding="utf-8")
+    write_atomically(args.output, schema_text().encode("utf-8"))
     print(f"wrote {args.output}")
     return 0
 
