@@ -27,6 +27,9 @@ from tasks.engine.probes import HOLD_S, POLL_S, LogProgressProbe
 from tasks.experiments.recovery import run_recovery
 from tests.support.common import REPO
 
+# alone: its clocks hold reads for milliseconds a loaded box oversleeps
+pytestmark = pytest.mark.alone
+
 STAMP = re.compile(r"^step=(\d+) .*written_unix_ns=(\d+)$", re.M)
 # mtime is the kernel's coarse clock (one jiffy, 4 ms at HZ=250, early); a read in poll
 # mode is at most POLL_S late, plus a wake-up on a loaded 2-core box.

@@ -29,6 +29,9 @@ from tests.unit.test_install_criu_cycle import (  # noqa: F401
     slurm_env,
 )
 
+# alone: its uninstall's diff snapshots the whole node
+pytestmark = pytest.mark.alone
+
 
 @pytest.mark.slurm
 @pytest.mark.criu

@@ -6,10 +6,15 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from tasks.data.plan import load_plan
 from tasks.data.runs import committed_runs
 from tasks.poc.stages import WINDOW_DEPLOYMENTS
 from tests.unit.test_poc import _commit, _env, _poc, _trials, plan, stack_api  # noqa: F401
+
+# alone: its PoC's exit diff snapshots the whole node
+pytestmark = pytest.mark.alone
 
 
 def test_poc_runs_stages_in_order_and_a_rerun_skips_what_is_done(write_plan, tmp_path) -> None:

@@ -33,7 +33,8 @@ from tasks.experiments.overhead import pair_order
 from tests.support import slurm_cluster
 from tests.support.prefect_server import REPO, PrefectStack
 
-pytestmark = [pytest.mark.prefect_server, pytest.mark.slurm, pytest.mark.criu]
+# alone: its PoC's exit diff snapshots the whole node
+pytestmark = [pytest.mark.alone, pytest.mark.prefect_server, pytest.mark.slurm, pytest.mark.criu]
 
 
 STEPS, EVERY = 100, 20  # the workload's steps and its own checkpoints (the fault: step 52)

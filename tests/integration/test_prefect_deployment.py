@@ -186,6 +186,7 @@ def test_cold_start_deployment_completes_with_its_plot_in_the_report(
 
 
 @pytest.mark.criu
+@pytest.mark.alone  # its PoC's exit diff snapshots the whole node
 def test_poc_demo_runs_the_whole_poc_to_its_decision_record(
     stack: PrefectStack, tmp_plan: Path, criu_binary: str
 ) -> None:

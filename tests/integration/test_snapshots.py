@@ -31,6 +31,9 @@ from tests.unit.test_snapshots import (
     snapshot,
 )
 
+# alone: its snapshots read the whole node
+pytestmark = pytest.mark.alone
+
 
 def test_two_snapshots_of_an_unchanged_machine_diff_clean(write_plan) -> None:
     plan, path = local_plan(write_plan)

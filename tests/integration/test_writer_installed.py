@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tasks.data.plan import load_plan
 from tasks.data.runctx import open_run
 from tasks.exit.install import layout
@@ -20,6 +22,9 @@ from tasks.exit.writers.installed import InstalledSet, unit_of
 from tasks.exit.writers.lineage import ProcInfo
 from tasks.exit.writers.recorder import writer_of
 from tests.support.common import REPO
+
+# alone: fanotify sees every writer on the machine
+pytestmark = pytest.mark.alone
 
 
 def _wait(predicate: Any, timeout: float = 15.0) -> bool:

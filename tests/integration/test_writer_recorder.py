@@ -31,6 +31,9 @@ from tasks.exit.writers.service import (
 )
 from tests.support.common import REPO
 
+# alone: fanotify sees every writer on the machine
+pytestmark = pytest.mark.alone
+
 
 def _wait(predicate: Any, timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout

@@ -20,6 +20,9 @@ from tasks.exit.exit_diff import exit_diff
 from tasks.exit.snapshots import take_snapshots
 from tasks.exit.writers.service import recorder_folder
 
+# alone: fanotify sees every writer on the machine
+pytestmark = pytest.mark.alone
+
 NODE = "ckpt-node1"
 
 
