@@ -11,7 +11,6 @@ way every time, one section per command in the order `ckpt-poc --help` lists the
 
 from __future__ import annotations
 
-import argparse
 import html
 import sys
 from collections.abc import Iterator
@@ -22,7 +21,8 @@ import typer.main
 from typer.core import TyperArgument, TyperCommand, TyperGroup, TyperOption
 
 from cli.app import app
-from tasks.data.render import write_atomically
+from tasks.data import generated
+from tasks.data.generated import Generated, below_marker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PAGE = REPO_ROOT / "docs" / "reference" / "cli.md"
@@ -135,53 +135,15 @@ def commands_markdown() -> str:
     return "\n".join(command_section(path, command) for path, command in leaf_commands(root))
 
 
-def page_text(current: str) -> str:
-    """The page: ``current``'s hand-written part down to MARKER, then every command's section."""
-    head, found, _ = current.partition(MARKER + "\n")
-    if not found:
-        raise ValueError(f"{PAGE.relative_to(REPO_ROOT)} has no line {MARKER!r}")
-    return head + MARKER + "\n\n" + commands_markdown().rstrip("\n") + "\n"
-
-
-def out_of_date(path: Path) -> str | None:
-    """Why ``path`` is not the page the CLI gives today (None: it is)."""
-    try:
-        written = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return f"{path} does not exist"
-    try:
-        wanted = page_text(written)
-    except ValueError as exc:
-        return str(exc)
-    if written != wanted:
-        return f"{path} is out of date with the commands' help (cli/): run {REGENERATE}"
-    return None
+# The page: its hand-written part down to MARKER, then every command's section.
+page_text = below_marker("docs/reference/cli.md", MARKER, commands_markdown)
+PAGE_FILE = Generated("docs/reference/cli.md", "the commands' help (cli/)", REGENERATE, page_text)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog=REGENERATE, description="Write the CLI reference page from the commands' help."
+    return generated.main(
+        [PAGE_FILE], "Write the CLI reference page from the commands' help.", argv
     )
-    parser.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 when the page is out of date"
-    )
-    parser.add_argument("--output", type=Path, default=PAGE, help="default: %(default)s")
-    args = parser.parse_args(argv)
-    if args.check:
-        problem = out_of_date(args.output)
-        if problem:
-            print(problem, file=sys.stderr)
-            return 1
-        print(f"{args.output} is up to date")
-        return 0
-    try:
-        text = page_text(args.output.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError) as exc:
-        print(f"{args.output}: {exc}", file=sys.stderr)
-        return 1
-    write_atomically(args.output, text.encode("utf-8"))
-    print(f"wrote {args.output}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ everything after it is written here, the same way every time.
 
 from __future__ import annotations
 
-import argparse
 import html
 import sys
 from collections.abc import Callable, Iterable
@@ -20,11 +19,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from tasks.data import generated
 from tasks.data.dataset_spec import Column, DatasetSpec
 from tasks.data.datasets import DATASETS
 from tasks.data.fingerprint import FINGERPRINT_COLUMNS
+from tasks.data.generated import Generated, below_marker
 from tasks.data.measures import MEASURES, Measure
-from tasks.data.render import write_atomically
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # What writes the pages again; said whenever one is out of date.
@@ -236,12 +236,11 @@ class Page:
             "edit the declarations there, not this page. -->"
         )
 
-    def text(self, current: str) -> str:
-        """The page: ``current``'s hand-written part down to the marker, then the body."""
-        head, found, _ = current.partition(self.marker + "\n")
-        if not found:
-            raise ValueError(f"{self.path} has no line {self.marker!r}")
-        return head + self.marker + "\n\n" + self.body().rstrip("\n") + "\n"
+    def generated(self) -> Generated:
+        """The page as a generated file: its hand-written part kept down to the marker."""
+        return Generated(
+            self.path, self.source, REGENERATE, below_marker(self.path, self.marker, self.body)
+        )
 
 
 PAGES = (
@@ -250,51 +249,12 @@ PAGES = (
 )
 
 
-def out_of_date(page: Page, root: Path = REPO_ROOT) -> str | None:
-    """Why ``page`` under ``root`` is not what the declarations give today (None: it is)."""
-    path = root / page.path
-    try:
-        written = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return f"{path} does not exist"
-    try:
-        wanted = page.text(written)
-    except ValueError as exc:
-        return str(exc)
-    if written != wanted:
-        return f"{path} is out of date with {page.source}: run {REGENERATE}"
-    return None
-
-
-def _write(page: Page, root: Path) -> str | None:
-    """Write ``page`` under ``root``; the problem, if it could not be written."""
-    path = root / page.path
-    try:
-        write_atomically(path, page.text(path.read_text(encoding="utf-8")).encode("utf-8"))
-    except (FileNotFoundError, ValueError) as exc:
-        return f"{path}: {exc}"
-    print(f"wrote {path}")
-    return None
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog=REGENERATE, description="Write the datasets and measures pages from the code."
+    return generated.main(
+        [page.generated() for page in PAGES],
+        "Write the datasets and measures pages from the code.",
+        argv,
     )
-    parser.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 when a page is out of date"
-    )
-    parser.add_argument(
-        "--root", type=Path, default=REPO_ROOT, help="the repository whose docs/ to write"
-    )
-    args = parser.parse_args(argv)
-    act = out_of_date if args.check else _write
-    problems = [p for p in (act(page, args.root) for page in PAGES) if p]
-    for problem in problems:
-        print(problem, file=sys.stderr)
-    if args.check and not problems:
-        print(f"{', '.join(page.path for page in PAGES)} are up to date")
-    return 1 if problems else 0
 
 
 if __name__ == "__main__":

@@ -16,14 +16,14 @@ descriptions and docstrings, and both forms of each short form
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from tasks.data import generated
+from tasks.data.generated import Generated
 from tasks.data.plan import Plan
-from tasks.data.render import write_atomically
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = REPO_ROOT / "docs" / "plan.schema.json"
@@ -60,36 +60,16 @@ def schema_text() -> str:
     return json.dumps(plan_json_schema(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
-def out_of_date(path: Path) -> str | None:
-    """Why ``path`` is not the schema the model gives today (None: it is)."""
-    try:
-        written = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return f"{path} does not exist: run {REGENERATE}"
-    if written != schema_text():
-        return f"{path} is out of date with the plan model (tasks/data/plan.py): run {REGENERATE}"
-    return None
+SCHEMA = Generated(
+    "docs/plan.schema.json",
+    "the plan model (tasks/data/plan.py)",
+    REGENERATE,
+    lambda _current: schema_text(),  # written whole: what the file held is not kept
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog=REGENERATE, description="Write the plan's JSON Schema from the plan model."
-    )
-    parser.add_argument(
-        "--check", action="store_true", help="write nothing; exit 1 when the file is out of date"
-    )
-    parser.add_argument("--output", type=Path, default=SCHEMA_FILE, help="default: %(default)s")
-    args = parser.parse_args(argv)
-    if args.check:
-        problem = out_of_date(args.output)
-        if problem:
-            print(problem, file=sys.stderr)
-            return 1
-        print(f"{args.output} is up to date")
-        return 0
-    write_atomically(args.output, schema_text().encode("utf-8"))
-    print(f"wrote {args.output}")
-    return 0
+    return generated.main([SCHEMA], "Write the plan's JSON Schema from the plan model.", argv)
 
 
 if __name__ == "__main__":
