@@ -14,6 +14,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import psutil
+
 WEIGHTS_MODULE = "examples.weights"
 WEIGHTS_DEFAULT_MB = 256.0  # examples/weights.py's --mb default
 ARMS_AT_ONCE = 2  # the comparisons' managed and unmanaged copies run side by side
@@ -40,15 +42,9 @@ def weights_mb(argv: list[str]) -> float | None:
     return WEIGHTS_DEFAULT_MB
 
 
-def available_memory(meminfo: str = "/proc/meminfo") -> int | None:
-    """MemAvailable, bytes (None where the kernel does not say it)."""
-    try:
-        for line in Path(meminfo).read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
+def available_memory() -> int:
+    """MemAvailable, bytes."""
+    return psutil.virtual_memory().available
 
 
 def free_disk(folder: str | Path) -> tuple[int, Path]:
