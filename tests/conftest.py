@@ -8,7 +8,6 @@ import contextlib
 import fcntl
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -119,30 +118,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 f"{item.nodeid} is in tests/unit but uses {', '.join(services)}: "
                 "move it to tests/integration"
             )
-        # One worker runs every test of the session's Slurm and Prefect, in turn, as a serial
-        # run does: they share one cluster and one server (pytest-xdist --dist loadgroup).
-        if item.get_closest_marker("slurm") or item.get_closest_marker("prefect_server"):
-            item.add_marker(pytest.mark.xdist_group("services"))
     first = [i for i in items if "pristine_slurm_env" in getattr(i, "fixturenames", ())]
     if first:
         items[:] = first + [i for i in items if i not in first]
 
 
+# Set by scripts/test when it runs two pytest processes side by side (tests/integration's
+# services and the rest): the folder of the lock files they share.
+SIDE_BY_SIDE_LOCKS = "CKPT_POC_TEST_LOCKS"
+
+
 @pytest.fixture(autouse=True)
 def _alone_or_beside(request: pytest.FixtureRequest) -> Iterator[None]:
-    """With two workers (scripts/test's integration run), a test marked ``alone`` runs with no
-    other test beside it; the others run two at a time. A readers-writer lock on a file shared
-    by the run's workers: each test holds it shared, an ``alone`` test exclusively, and takes
-    the turnstile first so that the other worker's next test waits behind it."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:
+    """When two test runs go side by side, a test marked ``alone`` runs with no test of the
+    other beside it. A readers-writer lock on a file the runs share: each test holds it
+    shared, an ``alone`` test exclusively, and takes the turnstile first so that the other
+    run's next test waits behind it rather than starving it."""
+    folder = os.environ.get(SIDE_BY_SIDE_LOCKS)
+    if not folder:
         yield
         return
-    base = Path(tempfile.gettempdir()) / f"ckpt-poc-tests-{run}"
     alone = request.node.get_closest_marker("alone") is not None
-    with open(f"{base}.turnstile", "a") as turnstile, open(f"{base}.lock", "a") as lock:
+    with (
+        open(Path(folder) / "turnstile", "a") as turnstile,
+        open(Path(folder) / "lock", "a") as lock,
+    ):
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
         fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
         try:
