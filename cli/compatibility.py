@@ -42,12 +42,11 @@ def sweep_cmd(
     workloads did: a workload CRIU cannot checkpoint is a result."""
     with command_body():
         from flows.compatibility import compatibility
-        from tasks.experiments.compatibility_result import CompatibilityResult, result_lines
+        from tasks.experiments.compatibility_result import result_lines
 
-        raw = compatibility(
+        result = compatibility(
             str(plan), cycles, timeout_s, workload or None, wait_for_nodes=not no_wait
         )
-    result = CompatibilityResult.from_json(raw)
     if as_json:
         write_json(result.sweep_json())
         return

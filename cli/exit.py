@@ -23,11 +23,11 @@ def snapshot_cmd(
 
         summary = snapshot(str(plan), phase, node)
     if as_json:
-        write_json(summary)
+        write_json(summary.to_json())
         return
-    for name, s in summary["nodes"].items():
-        out.print(f"{name}: {s['items']} items at {phase!r} ({', '.join(s['kinds'])})")
-    out.print(f"run {summary['run_id']}")
+    for name, s in summary.nodes.items():
+        out.print(f"{name}: {s.items} items at {phase!r} ({', '.join(s.kinds)})")
+    out.print(f"run {summary.run_id}")
 
 
 def exit_diff_cmd(
@@ -43,15 +43,16 @@ def exit_diff_cmd(
         from tasks.exit.exit_diff import LEFTOVER_FIELDS, json_form, summary_line
 
         result = exit_diff(str(plan), from_phase, to_phase)
+    shown = result.to_json()  # the form the exit diff's helpers read
     if as_json:
-        write_json(json_form(result))
+        write_json(json_form(shown))
     else:
         from rich.table import Table
 
-        out.print(f"exit verdict: {summary_line(result)}", highlight=False, markup=False)
+        out.print(f"exit verdict: {summary_line(shown)}", highlight=False, markup=False)
         for title, items, extra in (
-            ("leftovers", result["leftovers"], ("class", "reason")),
-            ("the nodes' own changes (not leftovers)", result["node_own"], ("reason",)),
+            ("leftovers", result.diff.leftovers, ("class", "reason")),
+            ("the nodes' own changes (not leftovers)", result.diff.node_own, ("reason",)),
         ):
             if not items:
                 continue
@@ -60,5 +61,5 @@ def exit_diff_cmd(
                 fields = (*LEFTOVER_FIELDS, *extra)
                 table.add_row(*("" if item[f] is None else str(item[f]) for f in fields))
             out.print(table)
-    if result["leftovers"]:
+    if result.diff.leftovers:
         raise typer.Exit(1)

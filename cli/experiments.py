@@ -3,7 +3,8 @@ both arms (managed and unmanaged) of the plan's workload."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -19,6 +20,9 @@ from cli.common import (
     write_json,
 )
 
+if TYPE_CHECKING:
+    from tasks.experiments.results import ColdStartResult, Failure, OverheadResult
+
 
 def side_by_side_cmd(
     plan: PlanArg,
@@ -32,19 +36,19 @@ def side_by_side_cmd(
 
         summary = side_by_side(str(plan), timeout_s, wait_for_nodes=not no_wait)
     if as_json:
-        write_json(summary)
+        write_json(summary.to_json())
         return
     table = Table(title="Managed and unmanaged copies, side by side")
     for col in ("arm", "slot", "pid", "last step", "exited"):
         table.add_column(col)
-    for arm, r in summary["arms"].items():
-        table.add_row(arm, r["slot"], str(r["pid"]), str(r["last_step"]), str(r["exited"]))
-    dump_s, image = summary["median_dump_s"], summary["median_image_bytes"]
+    for arm, r in summary.arms.items():
+        table.add_row(arm, r.slot, str(r.pid), str(r.last_step), str(r.exited))
+    dump_s, image = summary.median_dump_s, summary.median_image_bytes
     table.caption = (
-        f"CRIU checkpoints {summary['checkpoints']}"
+        f"CRIU checkpoints {summary.checkpoints}"
         + (f" (median dump {dump_s:.3f} s, image {image / 1e6:.1f} MB)" if dump_s else "")
-        + f" · skipped ticks {summary['skipped_ticks']} · events {summary['events']}"
-        + f" · run folder {summary['run_dir']}"
+        + f" · skipped ticks {summary.skipped_ticks} · events {summary.events}"
+        + f" · run folder {summary.run_dir}"
     )
     out.print(table)
 
@@ -65,18 +69,16 @@ def recovery_cmd(
     with command_body():
         from flows.recovery import recovery
         from tasks.experiments.report import recovery_table, recovery_verdicts
-        from tasks.experiments.results import RecoveryResult
 
         result = recovery(str(plan), timeout_s, fault_step, wait_for_nodes=not no_wait)
     if as_json:
-        write_json(result)
+        write_json(result.to_json())
         return
-    typed = RecoveryResult.from_json(result)
-    for line in recovery_verdicts(typed):
+    for line in recovery_verdicts(result):
         out.print(line, highlight=False, markup=False)
-    out.print(recovery_table(typed))
-    _print_failures(result["failures"])
-    out.print(f"trials written: {', '.join(typed.trials_files)}", highlight=False)
+    out.print(recovery_table(result))
+    _print_failures(result.failures)
+    out.print(f"trials written: {', '.join(result.trials_files)}", highlight=False)
 
 
 def overhead_cmd(
@@ -93,15 +95,13 @@ def overhead_cmd(
     with command_body():
         from flows.overhead import overhead
         from tasks.experiments.report import checkpoint_lines, overhead_lines
-        from tasks.experiments.results import OverheadResult
 
         result = overhead(str(plan), pairs, timeout_s, wait_for_nodes=not no_wait)
     if as_json:
-        write_json(result)
+        write_json(result.to_json())
         return
-    typed = OverheadResult.from_json(result)
-    _print_lines("Steady-state overhead", overhead_lines(typed), result)
-    _print_lines("Checkpoints taken", checkpoint_lines(typed.checkpoints), None)
+    _print_lines("Steady-state overhead", overhead_lines(result), result)
+    _print_lines("Checkpoints taken", checkpoint_lines(result.checkpoints), None)
 
 
 def cold_start_cmd(
@@ -118,31 +118,32 @@ def cold_start_cmd(
     with command_body():
         from flows.cold_start import cold_start
         from tasks.experiments.report_cold_start import cold_start_lines
-        from tasks.experiments.results import ColdStartResult
 
         result = cold_start(str(plan), repeats, timeout_s, wait_for_nodes=not no_wait)
     if as_json:
-        write_json(result)
+        write_json(result.to_json())
         return
-    _print_lines("Cold start", cold_start_lines(ColdStartResult.from_json(result)), result)
-    out.print(f"plot: {result['plot']}", highlight=False)
+    _print_lines("Cold start", cold_start_lines(result), result)
+    out.print(f"plot: {result.plot}", highlight=False)
 
 
-def _print_failures(failures: list[dict[str, Any]], tail_lines: int = 3) -> None:
+def _print_failures(failures: Sequence[Failure], tail_lines: int = 3) -> None:
     """Each failed trial: its reason, then the last lines of the workload's own log."""
     for failure in failures:
         err.print(
-            f"[yellow]failed[/] {failure['trial_id']} / {failure['arm']}: {failure['reason']}",
+            f"[yellow]failed[/] {failure.trial_id} / {failure.arm}: {failure.reason}",
             highlight=False,
         )
-        for line in (failure.get("log_tail") or "").splitlines()[-tail_lines:]:
+        for line in (failure.log_tail or "").splitlines()[-tail_lines:]:
             err.print(f"    | {line}", highlight=False, markup=False)
 
 
-def _print_lines(title: str, lines: list[str], result: dict[str, Any] | None) -> None:
+def _print_lines(
+    title: str, lines: list[str], result: OverheadResult | ColdStartResult | None
+) -> None:
     out.print(f"[bold]{title}[/]")
     for line in lines:
         out.print(f"  {line}", highlight=False, markup=False)
-    _print_failures((result or {}).get("failures", []))
-    if result:
-        out.print(f"trials written: {', '.join(result['trials_files'])}", highlight=False)
+    if result is not None:
+        _print_failures(result.failures)
+        out.print(f"trials written: {', '.join(result.trials_files)}", highlight=False)

@@ -6,11 +6,14 @@ Each runs its flow (flows/install.py); `ckpt-poc demo` calls the very same `run_
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.common import JsonOpt, PlanArg, command_body, out, write_json
+
+if TYPE_CHECKING:
+    from flows.results import UninstallRun
 
 
 def install_cmd(plan: PlanArg, as_json: JsonOpt = False) -> None:
@@ -21,11 +24,11 @@ def install_cmd(plan: PlanArg, as_json: JsonOpt = False) -> None:
 
         result = install(str(plan))
     if as_json:
-        write_json(result, default=str)
+        write_json(result.to_json(), default=str)
         return
-    for node, info in result["nodes"].items():
-        what = "already installed" if info.get("skipped") else ", ".join(info["files"])
-        out.print(f"{node}: {info['prefix']}: {what}", highlight=False, markup=False)
+    for node, info in result.nodes.nodes.items():
+        what = "already installed" if info.skipped else ", ".join(info.files or ())
+        out.print(f"{node}: {info.prefix}: {what}", highlight=False, markup=False)
 
 
 def opt_in_cmd(
@@ -50,7 +53,7 @@ def opt_in_cmd(
     )
 
 
-def run_uninstall(plan: Path) -> dict[str, Any]:
+def run_uninstall(plan: Path) -> UninstallRun:
     """The uninstall flow (exit.uninstall, after_uninstall snapshot, diff); a failed step
     is a command failure (exit 1), a leftover is not: it is in the result's verdict."""
     with command_body():
@@ -60,16 +63,16 @@ def run_uninstall(plan: Path) -> dict[str, Any]:
     return result
 
 
-def print_verdict(result: dict[str, Any]) -> None:
+def print_verdict(result: UninstallRun) -> None:
     """Each leftover by name and class, the node's own changes apart, then the verdict."""
-    for x in result["leftovers"]:
+    for x in result.leftovers:
         out.print(
             f"  {x['node']} {x['kind']} {x['key']}: {x['change']} "
             f"({x.get('class', 'leftover')}: {x.get('reason', '')})",
             highlight=False,
             markup=False,
         )
-    own = result.get("node_own", [])
+    own = result.node_own
     if own:
         out.print(f"the node's own ({len(own)}, listed apart, not leftovers):", markup=False)
         for x in own:
@@ -78,7 +81,7 @@ def print_verdict(result: dict[str, Any]) -> None:
                 highlight=False,
                 markup=False,
             )
-    out.print(f"exit verdict: {result['verdict']}", highlight=False, markup=False)
+    out.print(f"exit verdict: {result.verdict}", highlight=False, markup=False)
 
 
 def uninstall_cmd(plan: PlanArg, as_json: JsonOpt = False) -> None:
@@ -86,8 +89,8 @@ def uninstall_cmd(plan: PlanArg, as_json: JsonOpt = False) -> None:
     against before_install; exit 0 only when the verdict is clean."""
     result = run_uninstall(plan)
     if as_json:
-        write_json(result, default=str)
+        write_json(result.to_json(), default=str)
     else:
         print_verdict(result)
-    if result["verdict"] != "clean":
+    if result.verdict != "clean":
         raise typer.Exit(1)

@@ -20,11 +20,14 @@ from cli.install import run_uninstall
 from cli.status import print_state
 from tasks.baseline.accounting import KEY_ENV
 from tasks.data.errors import CkptPocError
+from tasks.data.jsonform import JsonForm
 from tasks.data.settings import settings
 from tasks.poc.stages import STAGE_NAMES
 
 if TYPE_CHECKING:
+    from flows.results import UninstallRun
     from tasks.data.plan import Plan
+    from tasks.poc.record.build import DecisionRecord
 
 DEMO_PLAN = Path(__file__).resolve().parent.parent / "plans" / "demo.yaml"
 
@@ -44,15 +47,15 @@ def poc_cmd(
 
         result = poc(str(plan), until)
     if as_json:
-        write_json(result, default=str)
+        write_json(result.to_json(), default=str)
         return
     out.print(
-        f"ran: {', '.join(result['ran'])}; skipped (done): "
-        f"{', '.join(result['skipped']) or 'none'}; stopped {result['stopped']}",
+        f"ran: {', '.join(result.ran)}; skipped (done): "
+        f"{', '.join(result.skipped) or 'none'}; stopped {result.stopped}",
         highlight=False,
         markup=False,
     )
-    print_state(result["state"])
+    print_state(result.state.to_json())
 
 
 def demo_cmd(
@@ -95,8 +98,9 @@ def demo_cmd(
     from tasks.data.plan import load_plan
 
     loaded = load_plan(plan, check_cluster=False)
-    print_state(result["state"])
-    print_demo_summary(demo_summary(result, loaded, plan))
+    shown = result.to_json()
+    print_state(shown["state"])
+    print_demo_summary(demo_summary(shown, loaded, plan))
 
 
 # --- demo --fresh: a new PoC folder ---------------------------------------------------------
@@ -156,65 +160,79 @@ class DemoSummary:
     record: dict[str, Any]  # verdicts, decision, decision_reason, html, pdf, source
 
 
-def committed_exit(plan: Plan) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class CommittedExit(JsonForm):
+    """The exit verdict the committed data holds: 'clean' when every node's newest exit diff
+    is, its items (the exit_diff rows of those runs), when and by which runs."""
+
+    verdict: str  # clean | leftovers
+    leftovers: list[dict[str, Any]]  # a dict an item: an exit_diff row as read
+    node_own: list[dict[str, Any]]
+    diffed_at: str
+    runs: tuple[str, ...]
+
+
+def committed_exit(plan: Plan) -> CommittedExit | None:
     """The exit verdict the committed data holds: each node's newest exit diff
-    (exit_verdicts) and its items (exit_diff rows of those runs); {} when there is none."""
+    (exit_verdicts) and its items (exit_diff rows of those runs); None when there is none."""
     from tasks.data.datasets import EXIT_DIFF, EXIT_VERDICTS
     from tasks.data.store import read_dataset
 
     verdicts = read_dataset(EXIT_VERDICTS, data_dir=plan.data_dir, poc=plan.poc)
     if verdicts.empty:
-        return {}
+        return None
     latest = verdicts.sort_values("diffed_at").groupby("node", as_index=False).last()
     runs = sorted({str(r) for r in latest["run_id"]})
     diff = read_dataset(EXIT_DIFF, data_dir=plan.data_dir, poc=plan.poc)
     items = [] if diff.empty else diff[diff["run_id"].astype(str).isin(runs)].to_dict("records")
     # A row's class (attributed diffs): the node's own are listed apart, never leftovers.
     own = [i for i in items if i.get("class") == "node_own"]
-    return {
-        "verdict": "clean" if (latest["verdict"] == "clean").all() else "leftovers",
-        "leftovers": [i for i in items if i.get("class") != "node_own"],
-        "node_own": own,
-        "diffed_at": str(latest["diffed_at"].max()),
-        "runs": runs,
-    }
+    return CommittedExit(
+        verdict="clean" if (latest["verdict"] == "clean").all() else "leftovers",
+        leftovers=[i for i in items if i.get("class") != "node_own"],
+        node_own=own,
+        diffed_at=str(latest["diffed_at"].max()),
+        runs=tuple(runs),
+    )
 
 
-def committed_record(plan: Plan) -> dict[str, Any]:
+def committed_record(plan: Plan) -> DecisionRecord:
     """The decision record's summary from the committed data (verdicts, decision), read
     without writing the record again, and where its files are."""
-    from tasks.poc.record.build import build_document, record_dir
+    from tasks.poc.record.build import DecisionRecord, build_document, record_dir
 
     summary = build_document(plan, plan.data_dir)[1]
     folder = record_dir(plan.data_dir, plan.poc).resolve()
-    return {
+    return DecisionRecord(
+        html=str(folder / "decision-record.html"),
+        pdf=str(folder / "decision-record.pdf"),
         **summary,
-        "html": str(folder / "decision-record.html"),
-        "pdf": str(folder / "decision-record.pdf"),
-    }
+    )
 
 
 def demo_summary(
     result: dict[str, Any],
     plan: Plan,
     plan_path: Path,
-    read_exit: Callable[[Plan], dict[str, Any]] = committed_exit,
-    read_record: Callable[[Plan], dict[str, Any]] = committed_record,
+    read_exit: Callable[[Plan], CommittedExit | None] = committed_exit,
+    read_record: Callable[[Plan], DecisionRecord] = committed_record,
 ) -> DemoSummary:
-    """The demo's ending from the poc flow's result; what this run did not reach again (a
-    stage done before, so skipped) is read from the committed data, never taken as missing."""
+    """The demo's ending from the poc flow's result in its JSON form (what `poc --json`
+    prints); what this run did not reach again (a stage done before, so skipped) is read
+    from the committed data, never taken as missing."""
     ran = [s for s in result.get("ran", []) if s != "plan_check"]
     stages = (result.get("state") or {}).get("stages") or {}
     exit_result = dict(result.get("exit") or {})
     if exit_result:
         exit_result["source"] = "this run"
     elif stages.get("exit_diff", {}).get("status") == "done":
-        exit_result = {**read_exit(plan), "source": "committed before this run"}
+        seen = read_exit(plan)
+        exit_result = {**(seen.to_json() if seen else {}), "source": "committed before this run"}
     record = dict(result.get("record") or {})
     if record:  # built now: the flow passes its decision on
         record = {**record, "source": "this run"}
     elif stages.get("record", {}).get("status") == "done":
-        record = {**read_record(plan), "source": "committed before this run"}
+        record = {**read_record(plan).to_json(), "source": "committed before this run"}
     return DemoSummary(
         poc=plan.poc,
         data_dir=str(Path(plan.data_dir).resolve() / plan.poc),
@@ -308,10 +326,10 @@ def _demo_undo_install(plan: Path) -> None:
         _print_demo_verdict(run_uninstall(plan))
 
 
-def _print_demo_verdict(result: dict[str, Any]) -> None:
-    verdict = result.get("verdict", "not reached")
+def _print_demo_verdict(result: UninstallRun) -> None:
+    verdict = result.verdict
     colour = "green" if verdict == "clean" else "bold red"
     out.rule(Text("the way out: before_install -> after_uninstall", style=colour))
-    for x in result.get("leftovers") or []:
+    for x in result.leftovers:
         out.print(f"  leftover: {x['node']} {x['kind']} {x['key']} ({x['change']})", markup=False)
     out.print(Text(f"exit verdict: {verdict}", style=colour), highlight=False)

@@ -14,13 +14,15 @@ def record_cmd(plan: PlanArg, as_json: JsonOpt = False) -> None:
 
         result = record(str(plan))
     if as_json:
-        write_json({k: result[k] for k in JSON_KEYS})
+        shown = result.to_json()
+        write_json({k: shown[k] for k in JSON_KEYS})
         return
-    out.print(f"decision: {result['decision']}: {result['decision_reason']}", highlight=False)
-    for o in result["decision_detail"]["open"]:
+    built = result.record
+    out.print(f"decision: {built.decision}: {built.decision_reason}", highlight=False)
+    for o in built.decision_detail["open"]:
         out.print(f"  to settle {o['criterion']}: {o['settle']} ({o['basis']})", highlight=False)
-    for measure, verdict in result["verdicts"].items():
+    for measure, verdict in built.verdicts.items():
         out.print(f"{measure}: {verdict}", highlight=False)
-    failed = [g for g, s in result["gates"].items() if not s["passed"]]
-    out.print(f"gates failed: {', '.join(failed) or 'none'}; way out: {result['exit']}")
-    out.print(f"HTML {result['html']}\nPDF  {result['pdf']}", highlight=False)
+    failed = [g for g, s in built.gates.items() if not s["passed"]]
+    out.print(f"gates failed: {', '.join(failed) or 'none'}; way out: {built.exit}")
+    out.print(f"HTML {built.html}\nPDF  {built.pdf}", highlight=False)

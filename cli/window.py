@@ -3,7 +3,7 @@ and the weekly report."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -19,6 +19,9 @@ from cli.common import (
     out,
     write_json,
 )
+
+if TYPE_CHECKING:
+    from tasks.window.weekly.stage import WeeklyReport
 
 UTILIZATION_COLUMNS = (
     "week",
@@ -56,16 +59,16 @@ def sample_cmd(
 
         result = sample_window(str(plan), span_s, interval_s, node)
     if as_json:
-        write_json(result)
+        write_json(result.to_json())
         return
     out.print(
-        f"[bold]sampled[/] {', '.join(result['nodes'])}: {result['samples']} rows, "
-        f"{result['gaps']} gap row(s), {result['reads']} reads from {result['from']} to "
-        f"{result['to']}",
+        f"[bold]sampled[/] {', '.join(result.nodes)}: {result.samples} rows, "
+        f"{result.gaps} gap row(s), {result.reads} reads from {result.from_} to "
+        f"{result.to}",
         highlight=False,
     )
-    if result["salvaged_runs"]:
-        out.print(f"kept what killed sampler runs flushed: {', '.join(result['salvaged_runs'])}")
+    if result.salvaged_runs:
+        out.print(f"kept what killed sampler runs flushed: {', '.join(result.salvaged_runs)}")
 
 
 def utilization_cmd(plan: PlanArg, week: WeekOpt = None, as_json: RowsJsonOpt = False) -> None:
@@ -76,12 +79,12 @@ def utilization_cmd(plan: PlanArg, week: WeekOpt = None, as_json: RowsJsonOpt = 
 
         result = utilization(str(plan), week)
     if as_json:
-        write_json(result, default=str)
+        write_json(result.to_json(), default=str)
         return
     table = Table(title="Job-level utilization (GPU-hours)")
     for column in UTILIZATION_COLUMNS:
         table.add_column(column, justify="left" if column in ("week", "arm") else "right")
-    for row in result["rows"]:
+    for row in result.rows:
         table.add_row(
             row["week"],
             row["arm"],
@@ -91,7 +94,7 @@ def utilization_cmd(plan: PlanArg, week: WeekOpt = None, as_json: RowsJsonOpt = 
             if row.get("busy_fraction") is None
             else escape(f"{row['busy_fraction']:.3f} ({row['busy_metric']})"),
         )
-    out.print(table if result["rows"] else "no allocations in the window yet")
+    out.print(table if result.rows else "no allocations in the window yet")
 
 
 def report_cmd(
@@ -110,16 +113,17 @@ def report_cmd(
 
         result = weekly_report(str(plan), week, dask_scheduler)
     if as_json:
-        write_json({k: result[k] for k in REPORT_JSON_KEYS}, default=str)
+        shown = result.to_json()
+        write_json({k: shown[k] for k in REPORT_JSON_KEYS}, default=str)
         return
-    _print_weekly(result)
+    _print_weekly(result.report)
 
 
-def _print_weekly(result: dict[str, Any]) -> None:
-    table = Table(title=f"Weekly report {result['week']}")
+def _print_weekly(result: WeeklyReport) -> None:
+    table = Table(title=f"Weekly report {result.week}")
     for column in ("measure", "arm", "n", "value", "95% CI", "basis", "threshold", "verdict"):
         table.add_column(column, justify="right" if column in ("n", "value") else "left")
-    for row in result["rows"]:
+    for row in result.rows:
         value = "—" if row["value"] is None else f"{row['value']:.4g}"
         ci = (
             "—"
@@ -138,10 +142,10 @@ def _print_weekly(result: dict[str, Any]) -> None:
             row["verdict"],
         )
     out.print(table)
-    for point in result["change_points"]:
+    for point in result.change_points:
         out.print(f"[yellow]change point[/] {point}", highlight=False)
-    _print_gaps(result["gaps"])
-    out.print(f"html: {result['html']}", highlight=False)
+    _print_gaps(result.gaps)
+    out.print(f"html: {result.html}", highlight=False)
 
 
 def _print_gaps(gaps: list[dict[str, Any]], shown: int = 5) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -49,7 +47,7 @@ def cold_start(
     repeats: int | None = None,
     timeout_s: float = 120,
     wait_for_nodes: bool = True,
-) -> dict[str, Any]:
+) -> ColdStartResult:
     """Native launch → ready against CRIU restore → ready of the same initialised copy;
     every start a row in `trials`, gated; the speed-up with its CI, and restore GB/s."""
     plan = ensure_plan_is_valid(plan_path)
@@ -62,4 +60,4 @@ def cold_start(
         markdown=cold_start_markdown(result),
         description="Cold start: native vs restore (measured)",
     )
-    return result.to_json()
+    return result

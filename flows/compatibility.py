@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -47,7 +45,7 @@ def compatibility(
     timeout_s: float | None = None,
     only: list[str] | None = None,
     wait_for_nodes: bool = True,
-) -> dict[str, Any]:
+) -> CompatibilityResult:
     """Every workload of the plan (or those in ``only``): an uninterrupted reference run,
     then ``cycles`` (default: the plan's compatibility.cycles) CRIU checkpoint → kill →
     restore cycles and the fidelity check; rows in `compatibility`, gated; the matrix as
@@ -65,4 +63,4 @@ def compatibility(
         markdown=compatibility_markdown(result),
         description="Compatibility: workload × dump, restore, fidelity, k/n (measured)",
     )
-    return result.to_json()
+    return result

@@ -16,6 +16,7 @@ from prefect.artifacts import create_markdown_artifact
 
 from flows.common import experiment_holding_nodes, failure_reported_as, run_name
 from flows.plan_check import ensure_plan_is_valid
+from flows.results import InstallRun, UninstallRun
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext, open_run
@@ -40,11 +41,12 @@ def snapshot_all(plan: Plan, ctx: RunContext, phase: str) -> None:
 
 
 def _lines(rows: dict[str, Any]) -> str:
+    """Each node's entry of a result's JSON form, as the report shows it."""
     return "\n".join(f"- **{node}**: `{info}`" for node, info in rows.items())
 
 
 @flow(name="install", flow_run_name=run_name("install"))
-def install(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
+def install(plan_path: str, wait_for_nodes: bool = True) -> InstallRun:
     """Install the criu checkpointer on the plan's nodes, then snapshot `after_install`."""
     from tasks.exit import install as inst
 
@@ -55,16 +57,18 @@ def install(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
             open_run(plan, plan_path, "install") as ctx,
             experiment_holding_nodes(plan, ctx, wait_for_nodes),
         ):
-            done = inst.install(plan, ctx).to_json()
+            done = inst.install(plan, ctx)
             snapshot_all(plan, ctx, "after_install")
+    title = f"# Install of {plan.checkpointer.kind} ({plan.poc})"
     create_markdown_artifact(
         key="install-report",
-        markdown=f"# Install of {plan.checkpointer.kind} ({plan.poc})\n\n{_lines(done)}\n",
+        markdown=f"{title}\n\n{_lines(done.to_json())}\n",
         description="What install put on each node (prefix, hook, files)",
     )
-    return {"poc": plan.poc, "run_id": ctx.run_id, "nodes": done}
+    return InstallRun(plan.poc, ctx.run_id, done)
 
 
+# a dict: the opt-in record tasks.exit.install.opt_in writes (opt-in/<workload>.json) as is
 @flow(name="opt_in", flow_run_name=run_name("opt_in"))
 def opt_in(plan_path: str, workload: str | None = None) -> dict[str, Any]:
     """Mark the plan's workload as managed (who, what and when as events)."""
@@ -89,7 +93,7 @@ def opt_in(plan_path: str, workload: str | None = None) -> dict[str, Any]:
 
 
 @flow(name="uninstall", flow_run_name=run_name("uninstall"))
-def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
+def uninstall(plan_path: str, wait_for_nodes: bool = True) -> UninstallRun:
     """Run exit.uninstall on every node, snapshot `after_uninstall`, diff against
     `before_install`; the verdict is the result."""
     from tasks.exit import install as inst
@@ -110,7 +114,7 @@ def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
             experiment_holding_nodes(plan, ctx, wait_for_nodes),
         ):
             try:
-                steps = inst.uninstall(plan, ctx).to_json()
+                steps = inst.uninstall(plan, ctx)
             except CkptPocError as exc:
                 failed = exc  # raised once the run is committed: its snapshot says what is left
             finally:
@@ -128,17 +132,10 @@ def uninstall(plan_path: str, wait_for_nodes: bool = True) -> dict[str, Any]:
     create_markdown_artifact(
         key="uninstall-report",
         markdown=(
-            f"# The way out ({plan.poc}): {verdict}\n\n{_lines(steps)}\n\n"
+            f"# The way out ({plan.poc}): {verdict}\n\n{_lines(steps.to_json())}\n\n"
             + leftovers_markdown(diff)
         ),
         description="Uninstall steps and the before_install → after_uninstall diff",
     )
     shown = json_form(diff)
-    return {
-        "poc": plan.poc,
-        "run_id": ctx.run_id,
-        "steps": steps,
-        "verdict": verdict,
-        "leftovers": shown["leftovers"],
-        "node_own": shown["node_own"],
-    }
+    return UninstallRun(plan.poc, ctx.run_id, steps, verdict, shown["leftovers"], shown["node_own"])

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -47,7 +45,7 @@ def overhead(
     pairs: int | None = None,
     timeout_s: float = 600,
     wait_for_nodes: bool = True,
-) -> dict[str, Any]:
+) -> OverheadResult:
     """Interleaved A B B A runs of the plan's workload, managed vs unmanaged: steady state,
     then while checkpointed at the plan's interval; every run a row in `trials`, gated."""
     plan = ensure_plan_is_valid(plan_path)
@@ -58,4 +56,4 @@ def overhead(
         markdown=overhead_markdown(result),
         description="Steady-state overhead and the cost of checkpointing (measured)",
     )
-    return result.to_json()
+    return result

@@ -18,6 +18,15 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 
 from flows.common import run_name
+from flows.results import (
+    ExitDiffRun,
+    ExitVerdict,
+    PocRun,
+    RecordRun,
+    RecordSummary,
+    UninstallRun,
+    WindowStart,
+)
 from flows.short_window import start_sampler, stop_sampler
 from tasks.data.plan import load_plan
 from tasks.poc.progress import (
@@ -33,7 +42,7 @@ from tasks.poc.stages import STAGE_NAMES, WINDOW_DEPLOYMENTS, stage
 
 def activate_window(
     deployments: tuple[str, ...] = WINDOW_DEPLOYMENTS, active: bool = True
-) -> dict[str, Any]:
+) -> WindowStart:
     """Switch on (``active``; off: False) every schedule of the window deployments on the
     current Prefect API. Returns the schedules per deployment, and the deployments missing
     there."""
@@ -53,7 +62,7 @@ def activate_window(
                 if s.active != active:
                     client.update_deployment_schedule(dep.id, s.id, active=active)
             activated[name] = len(schedules)
-    return {"activated": activated, "missing": missing}
+    return WindowStart(activated, tuple(missing))
 
 
 def run_stage(name: str, plan_path: str) -> Any:
@@ -67,7 +76,7 @@ def run_stage(name: str, plan_path: str) -> Any:
 
 
 @flow(name="poc", flow_run_name=run_name("poc"), log_prints=True)
-def poc(plan_path: str, until: str | None = None, short_window: bool = False) -> dict[str, Any]:
+def poc(plan_path: str, until: str | None = None, short_window: bool = False) -> PocRun:
     """Run the PoC's stages in order from where it stands; stop after ``until`` (a stage
     name), at the window (its schedules switched on), or at a refused gate (failing).
     ``short_window`` (the demo): sample the test nodes while the comparisons run and count
@@ -80,9 +89,10 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
     plan_check(plan_path)  # gate 0: nothing runs on an invalid plan (its own message)
     plan = load_plan(plan_path, check_cluster=False)
     ran: list[str] = ["plan_check"]
-    skipped: list[str] = []
     stop = until or STAGE_NAMES[-1]
-    result: dict[str, Any] = {"poc": plan.poc, "ran": ran, "skipped": skipped}
+    exit_seen: ExitVerdict | None = None
+    record_seen: RecordSummary | None = None
+    window: WindowStart | None = None
     weeks = 1 if short_window else None
 
     def state_now() -> PocState:
@@ -90,7 +100,7 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
 
     first = state_now()
     # Done before this run started: skipped (that is what makes a re-run idempotent).
-    skipped += [
+    skipped = [
         s for s in STAGE_NAMES[1 : STAGE_NAMES.index(stop) + 1] if first.stages[s].status == "done"
     ]
     sampler = None
@@ -104,13 +114,11 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
                 state = state_now()
                 name = next_stage(state, stop, ran)
             if name is None:
-                result.update(
-                    stopped="complete" if first_not_done(state) is None else f"after {stop}"
-                )
+                stopped = "complete" if first_not_done(state) is None else f"after {stop}"
                 break
             entry = state.stages[name]
             if not stage(name).flows:  # the window: it runs on its schedules, not inline
-                result.update(stopped="window", window=_start_window())
+                stopped, window = "window", _start_window()
                 break
             window_due = state.stages["window"].status != "done"
             if short_window and sampler is None and stage(name).compares_arms and window_due:
@@ -119,18 +127,24 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
             logger.info("stage %s is due (%s): running it", name, entry.why)
             outcome = run_stage(name, plan_path)
             ran.append(name)
-            if name in ("uninstall", "exit_diff") and isinstance(outcome, dict):
-                result["exit"] = {k: outcome.get(k) for k in ("verdict", "leftovers", "node_own")}
-            if name == "record" and isinstance(outcome, dict):
-                keys = ("html", "pdf", "verdicts", "decision", "decision_reason")
-                result["record"] = {k: outcome.get(k) for k in keys}
+            if isinstance(outcome, UninstallRun | ExitDiffRun):
+                exit_seen = outcome.exit_verdict()
+            if isinstance(outcome, RecordRun):
+                record_seen = outcome.summary()
     finally:
         if sampler is not None:
             _stop_short_window(sampler)
-    result["state"] = state_now().to_json()
+    result = PocRun(
+        plan.poc, tuple(ran), tuple(skipped), exit_seen, record_seen, stopped, window, state_now()
+    )
+    _publish_progress(result, short_window)
+    return result
+
+
+def _publish_progress(result: PocRun, short_window: bool) -> None:
     create_markdown_artifact(
         key="poc-progress",
-        markdown=f"# PoC {plan.poc}: stopped {result['stopped']}\n\n"
+        markdown=f"# PoC {result.poc}: stopped {result.stopped}\n\n"
         + (
             "The demo's short window: the test nodes were sampled while the comparisons "
             "ran (minutes, not the plan's weeks).\n\n"
@@ -138,11 +152,10 @@ def poc(plan_path: str, until: str | None = None, short_window: bool = False) ->
             else ""
         )
         + "```\n"
-        + "\n".join(state_lines(result["state"]))
+        + "\n".join(state_lines(result.state.to_json()))
         + "\n```\n",
         description="Where the PoC stands: each stage done, due or blocked",
     )
-    return result
 
 
 def _stop_short_window(sampler: Any) -> None:
@@ -151,19 +164,19 @@ def _stop_short_window(sampler: Any) -> None:
         get_run_logger().warning("short window: %s", warning)
 
 
-def _start_window() -> dict[str, Any]:
+def _start_window() -> WindowStart:
     """The window runs on its schedules, not inline: switch them on, or say why not."""
     logger = get_run_logger()
     try:
         outcome = activate_window()
     except Exception as exc:  # no API reachable: said, and the run returns
-        outcome = {"activated": {}, "missing": list(WINDOW_DEPLOYMENTS), "error": str(exc)}
-    if outcome["missing"]:
+        outcome = WindowStart({}, WINDOW_DEPLOYMENTS, str(exc))
+    if outcome.missing:
         logger.warning(
             "could not switch on the window's schedules: deployment(s) %s not on this Prefect "
             "API (deploy them: scripts/prefect-up), then re-run poc",
-            ", ".join(outcome["missing"]),
+            ", ".join(outcome.missing),
         )
-    if outcome["activated"]:
-        logger.info("window schedules switched on: %s", outcome["activated"])
+    if outcome.activated:
+        logger.info("window schedules switched on: %s", outcome.activated)
     return outcome

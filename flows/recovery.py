@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
@@ -40,10 +38,10 @@ def recovery(
     timeout_s: float = 120,
     fault_step: int | None = None,
     wait_for_nodes: bool = True,
-) -> dict[str, Any]:
+) -> RecoveryResult:
     """Each of the plan's faults, `repeats` times, on the unmanaged then the managed copy:
     recovery time and work lost per trial in `trials`, gated, then summarised per fault.
-    Returns the result's JSON form (tasks/experiments/results.py: RecoveryResult)."""
+    Returns the result (tasks/experiments/results.py: RecoveryResult)."""
     plan = ensure_plan_is_valid(plan_path)
     with failure_reported_as("recovery-report", "Recovery after real faults"):
         result = inject_faults_and_recover(plan, plan_path, timeout_s, fault_step, wait_for_nodes)
@@ -57,4 +55,4 @@ def recovery(
         markdown=recovery_markdown(result),
         description="Recovery: verdicts against the plan's thresholds",
     )
-    return result.to_json()
+    return result

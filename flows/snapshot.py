@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
@@ -35,10 +33,10 @@ def take_snapshots(plan: Plan, plan_path: str, phase: str, nodes: list[str]) -> 
 
 
 @flow(name="snapshot", flow_run_name=run_name("snapshot"))
-def snapshot(plan_path: str, phase: str, node: str | None = None) -> dict[str, Any]:
+def snapshot(plan_path: str, phase: str, node: str | None = None) -> SnapshotResult:
     """Snapshot every plan node (or one) at ``phase`` → the `snapshots` dataset. A partial
     snapshot is written and marked, and fails the run with what could not be read. Returns
-    the result's JSON form (tasks/exit/snapshots.py: SnapshotResult)."""
+    the result (tasks/exit/snapshots.py: SnapshotResult)."""
     plan = ensure_plan_is_valid(plan_path)
     nodes = [node] if node else list(plan.cluster.nodes)
     result = take_snapshots(plan, plan_path, phase, nodes)
@@ -47,4 +45,4 @@ def snapshot(plan_path: str, phase: str, node: str | None = None) -> dict[str, A
     )
     if result.partial:
         raise result.partial_error()
-    return result.to_json()
+    return result

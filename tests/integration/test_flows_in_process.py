@@ -48,13 +48,13 @@ def test_the_record_flow_completes_with_its_verdicts_and_its_page(
     data_dir = plan_path.parent / "data"
     build_poc(data_dir)
     result = record(str(plan_path))
-    assert result["html"] == str(data_dir / POC / "record" / "decision-record.html")
-    assert _state(result["run_id"]) == "COMPLETED"
-    found = _artifacts(result["run_id"])
+    assert result.record.html == str(data_dir / POC / "record" / "decision-record.html")
+    assert _state(result.run_id) == "COMPLETED"
+    found = _artifacts(result.run_id)
     assert {"decision-record", "decision-record-html"} <= set(found)
     body = found["decision-record"].data
     assert body.index("## Verdicts") < body.index("## The six mistakes")
-    assert Path(result["html"]).resolve().as_uri() in found["decision-record-html"].data
+    assert Path(result.record.html).resolve().as_uri() in found["decision-record-html"].data
 
 
 def test_the_weekly_report_flow_gives_its_rows_as_a_table(
@@ -65,9 +65,9 @@ def test_the_weekly_report_flow_gives_its_rows_as_a_table(
     plan_path = write_plan({"faults": [{"kind": "sigkill"}]})
     build_poc(plan_path.parent / "data")
     result = weekly_report(str(plan_path))
-    assert _state(result["run_id"]) == "COMPLETED"
-    found = _artifacts(result["run_id"])
+    assert _state(result.run_id) == "COMPLETED"
+    found = _artifacts(result.run_id)
     assert {"weekly-report", "weekly-report-rows", "weekly-report-html"} <= set(found)
-    assert found["weekly-report"].data == result["markdown"]
+    assert found["weekly-report"].data == result.report.markdown
     assert found["weekly-report-rows"].type == "table"
-    assert Path(result["html"]).is_file()
+    assert Path(result.report.html).is_file()

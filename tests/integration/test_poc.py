@@ -89,7 +89,7 @@ def test_the_window_deployments_schedules_are_switched_on_and_their_next_runs_re
     assert all(v and not any(v) for v in actives().values()), actives()
     try:
         out = activate_window()
-        assert out["missing"] == []
+        assert out.to_json()["missing"] == []
         assert all(v and all(v) for v in actives().values()), actives()
         deadline = time.monotonic() + 60  # the scheduler makes the runs every 5 s here
         sched = next_scheduled_runs()

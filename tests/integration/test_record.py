@@ -55,7 +55,8 @@ def test_record_flow_on_a_prefect_server(prefect_stack: Any, write_plan: Any) ->
     build_poc(data_dir)
     code = (
         "import json, sys; from flows.record import record; "
-        "r = record(sys.argv[1]); print(json.dumps({k: r[k] for k in ('run_id', 'html', 'pdf')}))"
+        "r = record(sys.argv[1]).to_json(); "
+        "print(json.dumps({k: r[k] for k in ('run_id', 'html', 'pdf')}))"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code, str(plan_path)],

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pandas as pd
 import pytest
@@ -20,6 +20,7 @@ from tasks.data.plan import Plan, load_plan
 from tasks.data.runs import commit_run
 from tasks.data.store import write_dataset
 from tasks.poc.progress import GateRefused, StageState, next_stage, poc_state
+from tasks.poc.record.build import DecisionRecord
 from tasks.poc.stages import STAGE_NAMES
 from tests.support.common import REPO
 
@@ -300,6 +301,24 @@ RECORD = {
 }
 
 
+def _decision_record(**given: Any) -> DecisionRecord:
+    """A decision record saying only ``given`` (the demo's ending reads no more of it)."""
+    blank: dict[str, Any] = {
+        "html": "",
+        "pdf": "",
+        "week": "",
+        "decision": "",
+        "decision_reason": "",
+        "decision_detail": {},
+        "verdicts": {},
+        "gates": {},
+        "exit": "",
+        "table": [],
+        "compatibility": {},
+    }
+    return DecisionRecord(**{**blank, **given})
+
+
 def test_a_second_demo_prints_what_the_poc_has_and_says_nothing_was_rerun(plan: Plan) -> None:
     from cli.poc import demo_summary, demo_summary_lines
 
@@ -318,9 +337,9 @@ def test_a_second_demo_prints_what_the_poc_has_and_says_nothing_was_rerun(plan: 
     )
     asked: list[str] = []
 
-    def read_record(p: Plan) -> dict[str, Any]:
+    def read_record(p: Plan) -> DecisionRecord:
         asked.append(p.poc)
-        return RECORD
+        return _decision_record(**RECORD)
 
     summary = demo_summary(_finished_result(plan), plan, Path("p.yaml"), read_record=read_record)
     assert asked == [plan.poc]  # the record is read from the data, never written again
@@ -342,7 +361,9 @@ def test_a_second_demo_over_a_clean_exit_reads_clean(plan: Plan) -> None:
 
     verdicts = [{"node": n, "verdict": "clean", "leftovers": 0} for n in plan.cluster.nodes]
     _commit(plan, "exit_diff", {"exit_verdicts": verdicts})
-    summary = demo_summary(_finished_result(plan), plan, Path("p.yaml"), read_record=lambda p: {})
+    summary = demo_summary(
+        _finished_result(plan), plan, Path("p.yaml"), read_record=lambda p: _decision_record()
+    )
     assert summary.exit["verdict"] == "clean" and summary.exit["leftovers"] == []
     assert ("good", "exit verdict: clean (committed before this run)") in demo_summary_lines(
         summary
@@ -360,7 +381,7 @@ def test_a_first_demo_prints_its_own_results_and_no_rerun_notice(plan: Plan) -> 
         "record": {k: RECORD[k] for k in ("html", "pdf", "verdicts")},
     }
 
-    def never(p: Plan) -> dict[str, Any]:
+    def never(p: Plan) -> NoReturn:
         raise AssertionError("a stage that ran this time is not read back")
 
     summary = demo_summary(result, plan, Path("p.yaml"), read_exit=never, read_record=never)

@@ -301,9 +301,13 @@ def test_cli_json_prints_exactly_the_record_keys(
     from cli.record import record_cmd
 
     monkeypatch.setattr(cli.common, "_flows_ready", lambda: None)
-    monkeypatch.setattr(
-        flows.record, "record", lambda plan_path: {**record, "run_id": "r", "poc": POC}
-    )
+    from dataclasses import fields
+
+    from flows.results import RecordRun
+    from tasks.poc.record.build import DecisionRecord
+
+    built = DecisionRecord(**{f.name: record[f.name] for f in fields(DecisionRecord)})
+    monkeypatch.setattr(flows.record, "record", lambda plan_path: RecordRun(POC, "r", built))
     app = typer.Typer()
     app.command("record")(record_cmd)
     app.command("noop")(lambda: None)  # a single-command app would take no command name
