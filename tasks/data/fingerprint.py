@@ -15,26 +15,33 @@ import socket
 import subprocess
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from tasks.data import settings_bare
 
 # The CRIU scripts/install-criu builds when the system's fails `criu check`.
 CRIU_BUILD = Path(__file__).resolve().parents[2] / ".tools" / "criu" / "bin" / "criu"
 
-FINGERPRINT_COLUMNS = (
-    "fp_host",
-    "fp_cpu_model",
-    "fp_cores",
-    "fp_mem_bytes",
-    "fp_kernel",
-    "fp_os",
-    "fp_gpu_model",
-    "fp_gpu_count",
-    "fp_driver",
-    "fp_cuda",
-    "fp_versions",
-)
+
+class Fingerprint(TypedDict, total=False):
+    """The fingerprint's columns, on every dataset's rows. total=False: a trials row carries
+    its node's (read inside its Slurm job) or none until the run's is stamped on it."""
+
+    fp_host: str
+    fp_cpu_model: str
+    fp_cores: int
+    fp_mem_bytes: int
+    fp_kernel: str
+    fp_os: str
+    fp_gpu_model: str
+    fp_gpu_count: int
+    fp_driver: str
+    fp_cuda: str
+    fp_versions: str  # JSON: package and tool → version
+
+
+# Their names in order, declared once: by the TypedDict.
+FINGERPRINT_COLUMNS: tuple[str, ...] = tuple(Fingerprint.__annotations__)
 
 NONE = "none"
 _PACKAGES = ("ckpt-poc", "prefect", "pandas", "pyarrow", "dask", "great-expectations")
@@ -89,13 +96,14 @@ def collect_versions_metadata(md: dict[str, Any]) -> None:
     md["fp_versions"] = json.dumps(versions, sort_keys=True)
 
 
-# a dict: the fingerprint columns' values by column name, a row's and an event's fields
-def collect_fingerprint() -> dict[str, Any]:
+def collect_fingerprint() -> Fingerprint:
+    """This host's fingerprint, every column (a row's and an event's fields)."""
     md: dict[str, Any] = {}
     collect_host_metadata(md)
     collect_gpu_metadata(md)
     collect_versions_metadata(md)
-    return {name: md[name] for name in FINGERPRINT_COLUMNS}
+    # In the columns' order: an event's detail and a row keep the order they are given.
+    return cast(Fingerprint, {name: md[name] for name in FINGERPRINT_COLUMNS})
 
 
 def _text(value: str | bytes) -> str:
@@ -151,7 +159,7 @@ def bare_version(text: str, kind: str) -> str:
     return "" if text == NONE else text
 
 
-def tool_version_of(fingerprint: dict[str, Any], kind: str) -> str:
+def tool_version_of(fingerprint: Fingerprint, kind: str) -> str:
     """A tool's bare version from a run's fingerprint (``fp_versions``); 'unknown' without."""
     try:
         versions = json.loads(fingerprint.get("fp_versions") or "{}")

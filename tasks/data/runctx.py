@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.data.errors import CkptPocError
-from tasks.data.fingerprint import collect_fingerprint
+from tasks.data.fingerprint import Fingerprint, collect_fingerprint
 from tasks.data.plan import Plan, plan_hash
 from tasks.data.plan_dates import fix_plan_dates
+from tasks.data.row_types import RunStamp
 from tasks.data.runs import (
     RunStatus,
     clean_stale_tmp,
@@ -50,7 +51,7 @@ class RunContext:
     git_sha: str
     data_dir: Path
     started_at: dt.datetime
-    fingerprint: dict[str, Any]
+    fingerprint: Fingerprint
     stage: str = "unknown"
     # The plan's dates as the PoC fixed them (anchor, resolved dates, forms): in the commit.
     plan_dates: dict[str, Any] = field(default_factory=dict)
@@ -72,8 +73,8 @@ class RunContext:
             "ckpt_poc.started_at": self.started_at.isoformat(),
         }
 
-    def stamp(self) -> dict[str, Any]:  # a dict: column → value, spread into rows
-        """The columns every row of this run carries."""
+    def stamp(self) -> RunStamp:
+        """The columns every row of this run carries, spread into its rows."""
         return {"poc": self.poc, "run_id": self.run_id, **self.fingerprint}
 
     def commit(self, outcome: str = "complete", status: RunStatus | None = None) -> Path:

@@ -51,7 +51,7 @@ def run_id_of(path: Path) -> str | None:
     return match.group("run_id") if match else None
 
 
-def write_json_atomically(path: Path, record: dict[str, Any]) -> None:
+def write_json_atomically(path: Path, record: Mapping[str, Any]) -> None:
     """temp file, fsync, rename: a reader sees the whole record or none."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")

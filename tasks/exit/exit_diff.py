@@ -26,7 +26,7 @@ import fnmatch
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import pandas as pd
 
@@ -356,8 +356,14 @@ def writer_logs(plan: Plan) -> dict[str, WriterLog | None]:
     return {host: read_writer_log(plan, host) for host in recorder_hosts(plan)}
 
 
-# a dict: keyword arguments of Attribution
-def _writer_evidence(log: WriterLog | None) -> dict[str, Any]:
+class WriterEvidence(TypedDict):
+    """An Attribution's writer fields, from its node's recorder log."""
+
+    writes: dict[str, list[dict[str, Any]]] | None
+    writer_gaps: tuple[str, ...]
+
+
+def _writer_evidence(log: WriterLog | None) -> WriterEvidence:
     """The Attribution's writes (by path) and writer gaps from a node's recorder log."""
     if log is None:
         return {"writes": None, "writer_gaps": ()}

@@ -6,9 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.data.jsonform import JsonForm
+
 
 @dataclass(frozen=True, slots=True)
-class NodeDiff:
+class NodeDiff(JsonForm):
     """One node's diff: its counts by class and the snapshots compared."""
 
     leftovers: int  # the PoC's and the unexplained items
@@ -26,23 +28,9 @@ class NodeDiff:
     def verdict(self) -> str:
         return "leftovers" if self.leftovers else "clean"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "leftovers": self.leftovers,
-            "poc_items": self.poc_items,
-            "unexplained": self.unexplained,
-            "node_own": self.node_own,
-            "from_run": self.from_run,
-            "to_run": self.to_run,
-            "recheck": self.recheck,
-            "from_taken_at": self.from_taken_at,
-            "to_taken_at": self.to_taken_at,
-            "items_compared": self.items_compared,
-        }
-
 
 @dataclass(frozen=True, slots=True)
-class ExitDiff:
+class ExitDiff(JsonForm):
     """Every plan node's diff between two phases, attributed. The items are the
     ``exit_diff`` rows as written (node, kind, key, change, before, after, class, reason)."""
 
@@ -54,15 +42,3 @@ class ExitDiff:
     recheck_after_s: float
     from_phase: str
     to_phase: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "verdict": self.verdict,
-            "leftovers": self.leftovers,
-            "node_own": self.node_own,
-            "nodes": {node: info.to_json() for node, info in self.nodes.items()},
-            "control_node": self.control_node,
-            "recheck_after_s": self.recheck_after_s,
-            "from_phase": self.from_phase,
-            "to_phase": self.to_phase,
-        }

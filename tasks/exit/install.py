@@ -51,7 +51,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from tasks.data import env_markers
 from tasks.data.arms import MANAGED
@@ -62,7 +62,16 @@ from tasks.data.runctx import REPO_ROOT, RunContext
 from tasks.data.runs import write_json_atomically
 from tasks.data.settings import env_name, settings
 from tasks.engine.clock import EventRecorder
-from tasks.exit.install_result import InstallResult, NodeInstall, NodeUninstall, UninstallResult
+from tasks.exit.install_result import (
+    InstallManifest,
+    InstallResult,
+    NodeInstall,
+    NodeUninstall,
+    OptInHow,
+    OptInRecord,
+    OptInWhat,
+    UninstallResult,
+)
 
 PREFIX_ROOT_ENV = env_name("prefix_root")
 MANIFEST = "manifest.json"
@@ -212,8 +221,7 @@ class LocalNodes:
     ) -> subprocess.CompletedProcess:
         return _run_here(argv, {**os.environ, **(env or {})})
 
-    # a dict: fields spread into the opt-in record
-    def opt_in_how(self, plan: Plan) -> dict[str, Any]:
+    def opt_in_how(self, plan: Plan) -> OptInHow:
         return {"managed_arm": True, "env": {OPT_IN_ENV: plan.poc}}
 
 
@@ -247,8 +255,7 @@ class SlurmNodes:
         ]
         return _run_here([*srun, *argv])
 
-    # a dict: fields spread into the opt-in record
-    def opt_in_how(self, plan: Plan) -> dict[str, Any]:
+    def opt_in_how(self, plan: Plan) -> OptInHow:
         return {
             "sbatch_args": [OPT_IN_FLAG],
             "or_sbatch_args": [f"--export=ALL,{OPT_IN_ENV}={plan.poc}"],
@@ -434,7 +441,6 @@ def _wanted_dirs(lay: NodeLayout, spank: Path | None) -> list[Path]:
     return wanted_dirs
 
 
-# a dict: the manifest.json document
 def _manifest(
     plan: Plan,
     ctx: RunContext,
@@ -442,7 +448,7 @@ def _manifest(
     sources: dict[Path, tuple[Path, str]],
     new_dirs: list[Path],
     spank: Path | None,
-) -> dict[str, Any]:
+) -> InstallManifest:
     """The node's manifest: every folder install creates and every file with its sha256."""
     return {
         "poc": plan.poc,
@@ -482,14 +488,13 @@ def _install_steps(
     return steps
 
 
-# a dict: the opt-in JSON document, written and recorded
 def opt_in(
     plan: Plan,
     ctx: RunContext,
     workload: str | None = None,
     nodes: Sequence[str] | None = None,
     recorder: EventRecorder | None = None,
-) -> dict[str, Any]:
+) -> OptInRecord:
     """Mark the plan's workload as managed, the way the criu checkpointer defines it (Slurm:
     the ``--ckpt-poc`` flag, or the variable the hook sets; local: the managed arm), on nodes
     where install ran; record who, what and when (an `opted_in` event)."""
@@ -506,10 +511,10 @@ def opt_in(
         if lay.manifest not in _existing(plan, node, [lay.manifest]):
             raise InstallError(f"{node}: not installed ({lay.manifest} missing): install first")
     how = nodes_kind.opt_in_how(plan)
-    record = {"poc": plan.poc, "workload": name, "nodes": chosen, "who": who(), **how}
+    what: OptInWhat = {"poc": plan.poc, "workload": name, "nodes": chosen, "who": who(), **how}
     rec = recorder or recorder_for(ctx)
-    event = rec.record(TRIAL, MANAGED, Ev.OPTED_IN, **record)
-    record["when"] = event.t_wall.isoformat()
+    event = rec.record(TRIAL, MANAGED, Ev.OPTED_IN, **what)
+    record: OptInRecord = {**what, "when": event.t_wall.isoformat()}
     write_json_atomically(ctx.data_dir / ctx.poc / "opt-in" / f"{name}.json", record)
     if recorder is None:
         rec.flush()

@@ -15,6 +15,7 @@ import pandas as pd
 
 from tasks.data.events import Ev
 from tasks.data.plan import Plan
+from tasks.data.row_types import CheckpointRow, DumpPhases, ImagesPlace
 from tasks.engine.clock import Event
 from tasks.experiments.clocks import clock_of
 from tasks.experiments.results import CheckpointSummary, Spread
@@ -32,13 +33,13 @@ def checkpoint_rows(events: list[Event], plan: Plan, node: str) -> pd.DataFrame:
         for e in events
         if e.event == Ev.CHECKPOINT_START
     }
-    rows: list[dict[str, Any]] = []
+    rows: list[CheckpointRow] = []
     for e in events:
         if e.event not in (Ev.CHECKPOINT_END, Ev.CHECKPOINT_FAILED):
             continue
         index = int(e.detail["index"])
         start = starts.get((e.trial_id, e.arm, index), e)
-        row: dict[str, Any] = {
+        row: CheckpointRow = {
             "measure": "checkpoint",
             "trial_id": f"{e.trial_id}/ckpt-{index:05d}",
             "arm": e.arm,
@@ -82,8 +83,7 @@ def _s(us: Any) -> float | None:
     return int(us) / 1e6 if us is not None else None
 
 
-# a dict: a trials row's columns
-def dump_phases(detail: dict[str, Any]) -> dict[str, Any]:
+def dump_phases(detail: dict[str, Any]) -> DumpPhases:
     """CRIU's own split of one dump (its `--display-stats`, as `checkpoint_end` carries
     them): the rows' columns, on every dump row whichever stage made it."""
     return {
@@ -94,7 +94,7 @@ def dump_phases(detail: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def images_write_gbps(phases: dict[str, Any]) -> float | None:
+def images_write_gbps(phases: DumpPhases) -> float | None:
     """The pages CRIU wrote over its memory write time, GB/s (a dump's write throughput)."""
     pages, seconds = phases.get("dump_pages_written"), phases.get("dump_memwrite_s")
     if not pages or not seconds:
@@ -102,8 +102,7 @@ def images_write_gbps(phases: dict[str, Any]) -> float | None:
     return int(pages) * PAGE_BYTES / seconds / 1e9
 
 
-# a dict: a trials row's columns
-def images_place(event: Any) -> dict[str, Any]:
+def images_place(event: Any) -> ImagesPlace:
     """Where a dump or restore event's images were, and on what file system (CRIU's
     checkpointer puts both on its events)."""
     detail = event.detail if event is not None else {}

@@ -31,6 +31,7 @@ from tasks.data.gates import CheckResult, plain_check
 from tasks.data.jsonform import JsonForm
 from tasks.data.page_cache import judged
 from tasks.data.plan import Plan, Workload
+from tasks.data.row_types import ColdStartRow
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
@@ -110,7 +111,7 @@ def run_cold_start(
     runs = STAGE_RUNNERS[plan.cluster.kind]
     cluster = cluster_for(plan, run_folder(ctx), Path.cwd())
     rec = EventRecorder(ctx)
-    rows: list[dict[str, Any]] = []
+    rows: list[ColdStartRow] = []
     clean_dead_roots(*images_roots(plan, ctx))  # checkpoint folders killed runs left
     try:
         runs.preflight(plan, ctx, cluster)

@@ -35,6 +35,7 @@ from tasks.data.errors import CkptPocError
 from tasks.data.events import Ev
 from tasks.data.gates import CheckResult, plain_check
 from tasks.data.plan import Fault, Plan, grace_of
+from tasks.data.row_types import RecoveryRow
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import ensure_runs_on
 from tasks.engine.checkpointers.criu import clean_dead_roots
@@ -105,7 +106,7 @@ class RecoveryRun:
     stopped: str | None = None  # why the run stopped before its last trial
 
 
-def stop_reason(rows: list[dict[str, Any]], fault: str) -> str | None:
+def stop_reason(rows: list[RecoveryRow], fault: str) -> str | None:
     """Why to stop the run: the first trials of ``fault`` (one per arm) all failed for the
     same reason before any fault was injected — every further trial would fail the same way."""
     first = [r for r in rows if r["fault"] == fault][: len(ARMS)]
@@ -130,8 +131,7 @@ def preflight(setup: TrialSetup, timeout_s: float = PREFLIGHT_TIMEOUT_S) -> Pref
     return setup.cluster.preflight(setup.ctx, timeout_s, queue_timeout_s=setup.timeout_s)
 
 
-# a dict: a trials row, for a DataFrame
-def run_one_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
+def run_one_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> RecoveryRow:
     """The trial's row; a trial that raises all the same (a defect, not a result) gives
     a failed row with the error, and the other trials still run."""
     try:
@@ -176,7 +176,7 @@ def run_recovery(
         fault_timeout_s,
     )
     clean_dead_roots(*images_roots(plan, ctx))  # checkpoint folders killed runs left
-    rows: list[dict[str, Any]] = []
+    rows: list[RecoveryRow] = []
     stopped = None
     try:
         preflight(setup)

@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tasks.data.errors import CkptPocError
 from tasks.data.events import Ev
 from tasks.data.plan import Fault, Plan
+from tasks.data.row_types import RecoveryRow
 from tasks.data.runctx import RunContext
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.clusters.base import Cluster
@@ -77,10 +77,9 @@ class Moments:
     stopped: Event | None = None
 
 
-# a dict: a trials row, for a DataFrame
 def base_row(
     setup: TrialSetup, fault: str, arm: str, repeat: int, node: str, includes: str
-) -> dict[str, Any]:
+) -> RecoveryRow:
     plan = setup.plan
     return {
         "measure": "recovery",
@@ -99,7 +98,7 @@ def base_row(
 
 
 def serve_and_measure(
-    row: dict[str, Any],
+    row: RecoveryRow,
     setup: TrialSetup,
     probe: LogProgressProbe,
     log: Path,
@@ -145,7 +144,7 @@ def serve_and_measure(
     )
 
 
-def fail_trial(row: dict[str, Any], rec: EventRecorder, exc: Exception, log: Path) -> None:
+def fail_trial(row: RecoveryRow, rec: EventRecorder, exc: Exception, log: Path) -> None:
     """Mark the row failed with its reason; keep the workload log's tail beside it (for the
     flow run's logs and the report, not the dataset) and whether the fault was delivered."""
     row.update(status="failed", reason=str(exc).splitlines()[0][:500])
@@ -213,8 +212,7 @@ def journal_step(rec: EventRecorder, trial: str, arm: str, step: str) -> Iterato
         rec.record(trial, arm, Ev.TRIAL_STEP, step=step, status=status, s=time.monotonic() - t0)
 
 
-# a dict: a trials row, for a DataFrame
-def run_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> dict[str, Any]:
+def run_trial(setup: TrialSetup, fault: Fault, arm: str, repeat: int) -> RecoveryRow:
     """One trial on the plan's cluster, both arms on the plan's first node: the copy
     launched, the fault delivered once it reached the fault step, the copy brought back
     and measured. Returns its row, failed with a reason, never raising (but a copy that

@@ -12,12 +12,18 @@ import datetime as dt
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
 from tasks.data.events import Ev
 from tasks.data.plan import Plan, ReadyProbe
+from tasks.data.row_types import (
+    ColdStartRow,
+    OverheadRow,
+    PageCacheColumns,
+    RawRead,
+    RestoredNumbers,
+)
 from tasks.engine.clock import Event, EventRecorder, span_s
 from tasks.engine.page_cache import CacheState, raw_read
 from tasks.engine.probes import LogProgressProbe
@@ -35,10 +41,9 @@ class StartFailed(CkptPocError):
     """A start that cannot give a number; its row says why."""
 
 
-# a dict: a trials row, for a DataFrame
 def overhead_row(
     plan: Plan, variant: str, pair: int, arm: str, node: str, includes: str
-) -> dict[str, Any]:
+) -> OverheadRow:
     return {
         "measure": "overhead",
         "trial_id": f"{variant}-{pair}",
@@ -57,7 +62,7 @@ def overhead_row(
     }
 
 
-def fill_progress_span(row: dict[str, Any], probe: LogProgressProbe) -> None:
+def fill_progress_span(row: OverheadRow, probe: LogProgressProbe) -> None:
     """The run's time: from its first progress line to its last, as the probe saw them."""
     if len(probe.seen) < 2:
         raise RunFailed("fewer than two progress steps seen: nothing to time")
@@ -93,16 +98,14 @@ def cold_start_trial(page_cache: str, repeat: int) -> str:
     return f"cold-{repeat}" if page_cache == "dropped" else f"cold-{page_cache}-{repeat}"
 
 
-# a dict: a trials row's columns
-def cache_columns(cache: CacheState) -> dict[str, Any]:
+def cache_columns(cache: CacheState) -> PageCacheColumns:
     """A row's page-cache columns: its state before the start and how it was dropped."""
     return {"page_cache": cache.state, "page_cache_drop": cache.drop}
 
 
-# a dict: a trials row, for a DataFrame
 def cold_start_row(
     plan: Plan, trial: str, arm: str, repeat: int, node: str, includes: str
-) -> dict[str, Any]:
+) -> ColdStartRow:
     return {
         "measure": "cold_start",
         "trial_id": trial,
@@ -167,10 +170,9 @@ def wait_for_ready(
     )  # fmt: skip
 
 
-# a dict: a trials row's columns
 def restored_numbers(
     image_bytes: int, started: Event, restored: Event, ready: Event
-) -> dict[str, Any]:
+) -> RestoredNumbers:
     """A restore row's numbers: ready and restore seconds, and bytes over restore seconds."""
     # A copy may write its first line before `criu restore` has returned: its restore ended
     # by then at the latest.
@@ -188,8 +190,7 @@ def restored_numbers(
     }
 
 
-# a dict: a trials row's columns (none when the images are out of sight)
-def raw_read_numbers(images: Path, page_cache: str) -> dict[str, Any]:
+def raw_read_numbers(images: Path, page_cache: str) -> RawRead:
     """After a restore, outside its clock: a plain read of the same images with the cache as
     the restore found it (``raw_read_gbps``); nothing when the harness cannot see them (a
     node's local scratch, from the harness's host)."""
@@ -201,7 +202,7 @@ def raw_read_numbers(images: Path, page_cache: str) -> dict[str, Any]:
 
 
 def fail_starts(
-    rows: list[dict[str, Any] | None], rec: EventRecorder, trial: str, exc: Exception, tail: str
+    rows: list[ColdStartRow | None], rec: EventRecorder, trial: str, exc: Exception, tail: str
 ) -> None:
     """Every row of the pair not yet ok fails with the reason; one `start_failed` event."""
     reason = str(exc).splitlines()[0][:500]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def require_command_and_progress(plan: Plan, experiment: str) -> None:
 LOG_TAIL = "log_tail"
 
 
-def failures_of(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def failures_of(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each failed row's trial, arm, reason and workload log tail (for logs and reports)."""
     return [
         {k: r.get(k) for k in ("trial_id", "arm", "reason", LOG_TAIL)}

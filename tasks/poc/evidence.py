@@ -146,6 +146,7 @@ class WindowProgress:
     def weeks_sampled(self) -> int:
         return len(self.weeks)
 
+    # a dict: the weeks' count derived, first
     def to_json(self) -> dict[str, Any]:
         return {
             "weeks_sampled": self.weeks_sampled,

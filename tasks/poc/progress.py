@@ -16,6 +16,7 @@ from typing import Any
 
 from tasks.data.datasets import GATES
 from tasks.data.errors import CkptPocError
+from tasks.data.jsonform import JsonForm
 from tasks.data.plan import Plan
 from tasks.data.store import read_dataset
 from tasks.poc.evidence import Evidence, WindowProgress
@@ -48,28 +49,23 @@ def failed_gates(data_dir: str | Path, poc: str) -> list[dict[str, Any]]:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduledRuns:
-    """The window deployments' next scheduled runs, or why they were not looked up."""
+class ScheduledRuns(JsonForm):
+    """The window deployments' next scheduled runs, or why they were not looked up: an
+    available one has runs and no why, another a why and no runs (the key absent)."""
+
+    _OMIT_NONE = ("why", "runs")
 
     available: bool
     why: str | None = None
     runs: dict[str, list[str]] | None = None  # deployment → expected start times
 
-    def to_json(self) -> dict[str, Any]:
-        if self.available:
-            return {"available": True, "runs": self.runs}
-        return {"available": False, "why": self.why}
-
 
 @dataclass(frozen=True, slots=True)
-class StageState:
+class StageState(JsonForm):
     """One stage: done, due (its gate passed) or blocked, with why when not done."""
 
     status: str
     why: str | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "why": self.why}
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +82,7 @@ class PocState:
     decision: dict[str, Any] | None  # decision.json as read
     scheduled: ScheduledRuns
 
+    # a dict: the window's progress flattened in among the state's own keys
     def to_json(self) -> dict[str, Any]:
         return {
             "poc": self.poc,

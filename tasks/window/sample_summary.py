@@ -32,7 +32,7 @@ and shuffling, and restored.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import pandas as pd
@@ -66,6 +66,28 @@ SUMMARY_DTYPES: dict[str, Any] = {
     "first_t_from": _TS,
     "last_t_to": _TS,
 }
+
+
+class SummaryRow(TypedDict):
+    """One row of the samples' summary: the columns of SUMMARY_DTYPES, in their order."""
+
+    week: str
+    node: str | None
+    arm: str | None
+    workload: str | None
+    device: str | None
+    metric: str | None
+    unit: str | None
+    n: int
+    points: int
+    mean: float
+    p50: float
+    p95: float
+    covered_s: float
+    first_t_from: pd.Timestamp
+    last_t_to: pd.Timestamp
+
+
 GAP_DTYPES: dict[str, Any] = {**{k: _STR for k in GAP_KEYS}, "gaps": "int64", "gap_s": "float64"}
 
 
@@ -97,7 +119,7 @@ def weekly_sample_summary(files: list[str], *, weeks: list[str] | None = None) -
     """One row per (week, node, arm, workload, device, metric, unit) of the samples in
     ``files`` (committed runs' files: tasks.data.store.dataset_files), for ``weeks`` (all
     when None). Streams week by week; see the module doc."""
-    rows: list[dict[str, Any]] = []
+    rows: list[SummaryRow] = []
     if files:
         ds = _dataset(files, SAMPLES, _SAMPLE_STRINGS)
         for week in _weeks(files, weeks):
@@ -105,7 +127,7 @@ def weekly_sample_summary(files: list[str], *, weeks: list[str] | None = None) -
     return _finish(pd.DataFrame(rows, columns=list(SUMMARY_DTYPES)), SUMMARY_DTYPES, GROUP_KEYS)
 
 
-def _summarise_week(ds: pads.Dataset, week: str) -> list[dict[str, Any]]:
+def _summarise_week(ds: pads.Dataset, week: str) -> list[SummaryRow]:
     scanner = ds.scanner(
         columns=list(_SAMPLE_COLUMNS),
         filter=pc.field(WEEK_PARTITION) == week,
@@ -194,7 +216,6 @@ def _quantiles(values: np.ndarray) -> tuple[float, float]:
     return float(p50), float(p95)
 
 
-# a dict: a row of the summary DataFrame
 def _row(
     week: str,
     key: tuple,
@@ -206,11 +227,17 @@ def _row(
     t_to_us: int,
     p50: float,
     p95: float,
-) -> dict[str, Any]:
+) -> SummaryRow:
     covered_s = covered_us / 1e6
+    node, arm, workload, device, metric, unit = key  # in _SAMPLE_STRINGS' order
     return {
         "week": week,
-        **dict(zip(_SAMPLE_STRINGS, key, strict=True)),
+        "node": node,
+        "arm": arm,
+        "workload": workload,
+        "device": device,
+        "metric": metric,
+        "unit": unit,
         "n": int(n),
         "points": int(points),
         "mean": weighted / covered_s if covered_s > 0 else np.nan,

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from tasks.data.events import Ev
 from tasks.data.gpu_capability import (
@@ -44,6 +44,17 @@ from tasks.engine.clusters.reaper import descendants
 from tasks.engine.gpu.driver import CudaDriver, CudaDriverError, ToggleUnavailable
 
 GPU_META = "gpu.json"
+
+
+class _Toggle(TypedDict):
+    toggle: str  # how the GPU's part ran (GpuCriuCheckpointer.how)
+
+
+class ToggleSaid(_Toggle, total=False):
+    """What a `gpu_phases` event says of the toggle; in CRIU's plugin, that its phases are
+    inside CRIU's."""
+
+    note: str
 
 
 class GpuCriuCheckpointer:
@@ -146,7 +157,8 @@ class GpuCriuCheckpointer:
     def how(self) -> str:
         return "driver-api" if self.driver is not None else "cuda-checkpoint in CRIU's plugin"
 
-    def _said(self) -> dict[str, Any]:  # a dict: an event's fields, as kwargs
+    def _said(self) -> ToggleSaid:
+        """What a `gpu_phases` event says of the toggle (its fields, as kwargs)."""
         if self.driver is None:
             return {"toggle": self.how, "note": "the GPU phases are inside CRIU's"}
         return {"toggle": self.how}

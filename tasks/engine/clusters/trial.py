@@ -16,6 +16,7 @@ from tasks.data.arms import MANAGED
 from tasks.data.errors import CkptPocError
 from tasks.data.events import Ev
 from tasks.data.plan import Fault, Plan
+from tasks.data.row_types import RecoveryRow
 from tasks.engine.checkpointers.criu import Checkpoint
 from tasks.engine.clock import Event, EventRecorder
 from tasks.engine.probes import last_step_before
@@ -37,7 +38,7 @@ class TrialCopy:
     node: str
     copy_dir: Path  # its own folder: log, job records, checkpoints
     argv: list[str]
-    row: dict[str, Any]  # the trial's row: the steps fill their columns
+    row: RecoveryRow  # the trial's row: the steps fill their columns
     timeout_s: float  # for anything to start, or come back
     fault_timeout_s: float  # for a delivered fault to end the copy
     log: Path = field(init=False)  # where it writes (every attempt appends)
@@ -102,7 +103,7 @@ class RecoverySteps(Protocol):
         ...
 
 
-def restore_attempted(row: dict[str, Any]) -> None:
+def restore_attempted(row: RecoveryRow) -> None:
     """The checkpointer's restore is about to run: it counts as failed until the restored
     copy serves again (serve_and_measure), so a restore that raises, or whose copy never
     progresses, is a failed restore; a row that never gets here has no restore (null)."""

@@ -39,6 +39,7 @@ from typing import Any
 
 import psutil
 
+from tasks.data.jsonform import JsonForm
 from tasks.engine.paths import mount_point
 from tasks.exit.writers.lineage import cgroup_of
 from tasks.exit.writers.recorder import LOG_NAME
@@ -105,20 +106,16 @@ def _leave_job_cgroup(pid: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class RecorderStarted:
+class RecorderStarted(JsonForm):
     """A recorder started: its pid, how it runs, whether its first flush came; where
     fanotify could not be had, why (the whole span is then a gap)."""
+
+    _OMIT_NONE = ("unavailable",)
 
     pid: int
     how: str
     started: bool
     unavailable: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"pid": self.pid, "how": self.how, "started": self.started}
-        if self.unavailable is not None:
-            out["unavailable"] = self.unavailable
-        return out
 
     @classmethod
     def from_json(cls, answer: dict[str, Any]) -> RecorderStarted:
@@ -131,16 +128,13 @@ class RecorderStarted:
 
 
 @dataclass(frozen=True, slots=True)
-class RecorderStopped:
+class RecorderStopped(JsonForm):
     """A recorder stopped (False: no pid file, nothing to stop); ``left``: what is still
     there after the stop."""
 
     stopped: bool
     how: str | None
     left: list[str]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"stopped": self.stopped, "how": self.how, "left": self.left}
 
     @classmethod
     def from_json(cls, answer: dict[str, Any]) -> RecorderStopped:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tasks.data.plan import Plan
+from tasks.data.row_types import ColdStartRow, OverheadRow
 from tasks.data.runctx import RunContext
 from tasks.experiments.backends.local import timed_runs as local
 from tasks.experiments.backends.slurm import timed_runs as slurm
@@ -31,9 +32,9 @@ def _no_preflight(*_args: Any) -> None:
 class StageRunners:
     preflight: Callable[..., None]  # (plan, ctx, cluster)
     # (plan, ctx, cluster, recorder, variant, pair, arm, timeout_s) -> the run's row
-    overhead: Callable[..., dict[str, Any]]
+    overhead: Callable[..., OverheadRow]
     # (plan, ctx, cluster, recorder, repeat, timeout_s, page_cache) -> its two rows
-    cold_start: Callable[..., list[dict[str, Any]]]
+    cold_start: Callable[..., list[ColdStartRow]]
     # (plan, ctx, *, cycles, timeout_s, only) -> every chosen workload's sweep
     sweep: Callable[..., CompatibilityRun]
 

@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 
 from tasks.data.arms import MANAGED
+from tasks.data.jsonform import JsonForm
 from tasks.data.plan import Plan
 from tasks.data.render import records, write_atomically
 from tasks.data.runctx import RunContext
@@ -184,7 +185,7 @@ def build_document(
 
 
 @dataclass(frozen=True, slots=True)
-class DecisionRecord:
+class DecisionRecord(JsonForm):
     """The record built: its two files and its summary (what the flow hands on)."""
 
     html: str
@@ -198,21 +199,6 @@ class DecisionRecord:
     exit: str
     table: list[list[str]]
     compatibility: dict[str, Any]  # section_json's form
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "html": self.html,
-            "pdf": self.pdf,
-            "week": self.week,
-            "decision": self.decision,
-            "decision_reason": self.decision_reason,
-            "decision_detail": self.decision_detail,
-            "verdicts": self.verdicts,
-            "gates": self.gates,
-            "exit": self.exit,
-            "table": self.table,
-            "compatibility": self.compatibility,
-        }
 
 
 def build_record(plan: Plan, ctx: RunContext, *, n_resamples: int = N_RESAMPLES) -> DecisionRecord:

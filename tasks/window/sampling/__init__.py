@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-SampleRow = dict[str, Any]  # the SAMPLES columns minus poc, run_id and fp_*
-GapRow = dict[str, Any]  # the SAMPLE_GAPS columns minus poc, run_id and fp_*
+# A backend's rows: the SAMPLES and SAMPLE_GAPS columns but the run's stamp (declared there).
+from tasks.data.row_types import AttributionColumns, GapRow, SampleRow
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class Attribution:
     trial_id: str | None = None
     attributed_by: str = "none"  # env | cgroup | gres | cuda_visible_devices | label | none
 
-    # a dict: a sample row's columns
-    def columns(self) -> dict[str, Any]:
+    def columns(self) -> AttributionColumns:
+        """A sample row's attribution columns."""
         return {
             "job_id": self.job_id,
             "arm": self.arm,

@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tasks.data.datasets import QUARANTINE, SAMPLE_GAPS, SAMPLES, DatasetSpec
+from tasks.data.jsonform import JsonForm
 from tasks.data.plan import SAMPLE_UNITS, Plan
 from tasks.data.runctx import RunContext
 from tasks.data.store import write_dataset
@@ -386,7 +387,7 @@ def _write_quarantine(read: ExportRead, path: Path, target: _Target) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class ImportSummary:
+class ImportSummary(JsonForm):
     """What an import read and wrote (the samples_import flow's summary)."""
 
     rows_read: int
@@ -398,19 +399,6 @@ class ImportSummary:
     gaps: int
     gap_seconds: float
     mean_value: float | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "rows_read": self.rows_read,
-            "rows_quarantined": self.rows_quarantined,
-            "entities": self.entities,
-            "first": self.first,
-            "last": self.last,
-            "interval_s": self.interval_s,
-            "gaps": self.gaps,
-            "gap_seconds": self.gap_seconds,
-            "mean_value": self.mean_value,
-        }
 
 
 def _summary(

@@ -67,6 +67,7 @@ class SampleRun:
     to: str
     data_dir: str
 
+    # a dict: the span's start under its JSON key, `from` (a keyword in Python)
     def to_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,

@@ -5,13 +5,14 @@ the model)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from tasks.baseline.exposure import EXPOSED_STATES
 from tasks.data.arms import MANAGED, UNMANAGED
+from tasks.data.jsonform import JsonForm
 from tasks.data.measures import (
     CHECKPOINT_INTERVAL_S,
     GOODPUT_GAIN_EXPECTED,
@@ -56,28 +57,18 @@ def _positive_pair(delta: float, mtbf: float) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class InterruptionRate:
+class InterruptionRate(JsonForm):
     """λ from the latest baseline run's exposure rows, with what it was computed from."""
 
     run_id: str
     states: list[str]
     interruptions: int
+    # The states counted as interruptions: the same for every rate, said beside the count.
+    interrupted_states: tuple[str, ...] = field(init=False, default=EXPOSED_STATES)
     gpu_hours: float
     node_hours: float
     lambda_per_h: float
     lambda_basis: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id,
-            "states": self.states,
-            "interruptions": self.interruptions,
-            "interrupted_states": list(EXPOSED_STATES),
-            "gpu_hours": self.gpu_hours,
-            "node_hours": self.node_hours,
-            "lambda_per_h": self.lambda_per_h,
-            "lambda_basis": self.lambda_basis,
-        }
 
 
 def interruption_rate(exposure: pd.DataFrame, gpus: int) -> InterruptionRate | None:

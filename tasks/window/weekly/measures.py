@@ -5,7 +5,6 @@ what each pools)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import pandas as pd
 
@@ -25,6 +24,7 @@ from tasks.data.measures import (
     Measure,
 )
 from tasks.data.page_cache import judged
+from tasks.data.row_types import JudgedRow
 from tasks.experiments.stats import compare_paired, compare_speedup
 from tasks.window.weekly.model import WeekRows, ok_trials, runs_of, summarize
 from tasks.window.weekly.segments import week_start
@@ -293,10 +293,10 @@ def exit_row(c: WeekRows, verdicts: pd.DataFrame) -> None:
 SAMPLED_METRICS = ("gpu_utilization", "sm_activity", "cpu_utilization")
 
 
-def sampled_rows(summary: pd.DataFrame, week: str, segment: int) -> list[dict[str, Any]]:
+def sampled_rows(summary: pd.DataFrame, week: str, segment: int) -> list[JudgedRow]:
     """One 'info' row per (sampled metric, arm) of the week from the samples summary
     (tasks.window.sample_summary): the time-weighted mean, with p50/p95 in the method."""
-    rows = []
+    rows: list[JudgedRow] = []
     week_rows = summary[(summary["week"] == week) & summary["arm"].notna()]
     for (metric, arm, device, unit), group in week_rows.groupby(
         ["metric", "arm", "device", "unit"], dropna=True

@@ -16,31 +16,14 @@ from tasks.data.arms import MANAGED
 from tasks.data.checks import holds_verdicts
 from tasks.data.measures import MEASURES, Measure
 from tasks.data.plan import Plan
+from tasks.data.row_types import JudgedRow, ReportCriterion, ReportRow
 from tasks.experiments.stats import bootstrap_ci
 from tasks.window.weekly.segments import week_start
 
-# The columns of a REPORTS row as built here; build_weekly_report adds the stamp and computed_at.
-ROW_COLUMNS = (
-    "week",
-    "week_start",
-    "measure",
-    "arm",
-    "n",
-    "value",
-    "ci_low",
-    "ci_high",
-    "unit",
-    "method",
-    "basis",
-    "inputs",
-    "threshold",
-    "verdict",
-    "note",
-    "segment",
-    "provisional",
-)
-# Extra, not persisted: the plan criterion a row answers.
-EXTRA_COLUMNS = ("criterion", "statistic", "at_most")
+# The columns of a REPORTS row as built here (build_weekly_report adds the stamp and
+# computed_at), and beside them, not persisted, the plan criterion a row answers.
+ROW_COLUMNS = tuple(ReportRow.__annotations__)
+EXTRA_COLUMNS = tuple(ReportCriterion.__annotations__)
 
 # Measure → its title, for the tables (the registry's, keyed by name).
 TITLES = {m.name: m.title for m in MEASURES.values()}
@@ -100,9 +83,8 @@ class WeekRows:
     n_resamples: int = N_RESAMPLES
     # measure → the six-mistake checks holding its verdict: (effect, gate, why) (mistakes.holds)
     held: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[JudgedRow] = field(default_factory=list)
 
-    # a dict: a REPORTS row (the week's rows become a DataFrame)
     def add(
         self,
         measure: Measure,
@@ -119,7 +101,7 @@ class WeekRows:
         note: str = "",
         run_ids: Sequence[str] = (),
         provisional: str = "",
-    ) -> dict[str, Any]:
+    ) -> JudgedRow:
         """One row of a registered measure judged and appended; its unit is the registry's
         unless the row says otherwise. ``provisional``: why the figure may still change (a
         chain in it had not ended): a met or not met verdict on it is undecided instead."""
@@ -155,7 +137,7 @@ class WeekRows:
                 verdict, note = "undecided", "; ".join(why for _, _, why in held)
         if provisional and verdict in ("met", "not met"):
             verdict, note = "undecided", "; ".join(filter(None, (provisional, note)))
-        row = {
+        row: JudgedRow = {
             "week": self.week,
             "week_start": week_start(self.week),
             "measure": measure.name,

@@ -124,6 +124,7 @@ class VersionRestores:
     def rate(self) -> float | None:
         return self.ok / self.attempted if self.attempted else None
 
+    # a dict: not the fields: the rate derived among them, last_at left out
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,

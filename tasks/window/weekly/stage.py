@@ -70,6 +70,7 @@ class WeeklyReport:
     table: list[dict[str, Any]]  # the Prefect table artifact's rows
     compatibility: CompatSection
 
+    # a dict: the sections shaped for the flow (goodput's table heads, compatibility's form)
     def to_json(self) -> dict[str, Any]:
         return {
             "week": self.week,

@@ -7,11 +7,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tasks.data.arms import MANAGED
 from tasks.data.events import Ev
 from tasks.data.plan import Fault, grace_of
+from tasks.data.row_types import RecoveryRow
 from tasks.engine.checkpointers.base import Checkpointer, managed_checkpointer
 from tasks.engine.checkpointers.criu import CriuError
 from tasks.engine.checkpointers.none import NoCheckpointer
@@ -158,7 +158,7 @@ class LocalRecovery:
 
 
 def notice_checkpoint(
-    criu: Checkpointer | None, proc: WorkloadProcess, rec: EventRecorder, row: dict[str, Any]
+    criu: Checkpointer | None, proc: WorkloadProcess, rec: EventRecorder, row: RecoveryRow
 ) -> NoticeHandler | None:
     """The managed arm on a notice: dump at once (CRIU ends the copy once dumped), within
     the deadline; one still running then is cut, and the arm falls back to its last periodic
@@ -180,7 +180,7 @@ def notice_checkpoint(
 
 
 def _outcome(
-    fault: Fault, rec: EventRecorder, trial: str, arm: str, row: dict[str, Any]
+    fault: Fault, rec: EventRecorder, trial: str, arm: str, row: RecoveryRow
 ) -> tuple[str, Event | None]:
     """How the fault ended the copy; after a notice, also when the copy stopped computing:
     its notice dump's start (a finished one froze it there), else when it was seen gone."""

@@ -8,12 +8,12 @@ What the rows mean is in tasks/experiments/timed_runs.py, shared with the Slurm 
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
 from tasks.data.events import Ev
 from tasks.data.plan import Plan
+from tasks.data.row_types import ColdStartRow, OverheadRow
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.base import managed_checkpointer
 from tasks.engine.checkpointers.criu import CriuError
@@ -53,7 +53,6 @@ def preflight(plan: Plan, ctx: RunContext, cluster: Cluster) -> None:
     cluster.preflight(ctx, PREFLIGHT_TIMEOUT_S)
 
 
-# a dict: a trials row, for a DataFrame
 def overhead_run_local(
     plan: Plan,
     ctx: RunContext,
@@ -63,7 +62,7 @@ def overhead_run_local(
     pair: int,
     arm: str,
     timeout_s: float,
-) -> dict[str, Any]:
+) -> OverheadRow:
     """One whole run of the workload; its row (failed with a reason, never raising)."""
     slots = slots_of(cluster)
     slot = plan.cluster.nodes[0]
@@ -125,7 +124,7 @@ def cold_start_pair_local(
     repeat: int,
     timeout_s: float,
     page_cache: str,
-) -> list[dict[str, Any]]:
+) -> list[ColdStartRow]:
     """One native start and one restore of the same copy, the page cache as ``page_cache``
     asks before each; two rows, failed ones kept."""
     slots = slots_of(cluster)
@@ -134,7 +133,7 @@ def cold_start_pair_local(
     copy_dir = run_folder(ctx) / f"{trial}-copy"
     copy_dir.mkdir(parents=True, exist_ok=True)
     native = cold_start_row(plan, trial, UNMANAGED, repeat, slot, COLD_START_INCLUDES[UNMANAGED])
-    restore: dict[str, Any] | None = None
+    restore: ColdStartRow | None = None
     regex = progress_regex(plan)
     probes: list[LogProgressProbe] = []
     try:

@@ -24,13 +24,14 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from tasks.data.arms import MANAGED, UNMANAGED
 from tasks.data.errors import CkptPocError
 from tasks.data.events import Ev
-from tasks.data.fingerprint import FINGERPRINT_COLUMNS
+from tasks.data.fingerprint import FINGERPRINT_COLUMNS, Fingerprint
 from tasks.data.plan import Plan, ReadyProbe
+from tasks.data.row_types import ColdStartRow, OverheadRow, PageCacheColumns
 from tasks.data.runctx import RunContext
 from tasks.engine.checkpointers.criu import CriuCheckpointer, CriuError
 from tasks.engine.clock import Event, EventRecorder, span_s
@@ -80,17 +81,16 @@ READY_GRACE_S = 5.0
 NO_PERIODIC_S = 10 * 24 * 3600.0
 
 
-# a dict: a trials row's columns (those the job read)
-def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]:
+def node_fingerprint(rec: EventRecorder, trial: str, arm: str) -> Fingerprint:
     """The fingerprint the job read on its node (empty: it read none)."""
     seen = rec.events(trial, arm, Ev.NODE_FINGERPRINT)
     if not seen:
         return {}
-    return {k: seen[-1].detail[k] for k in FINGERPRINT_COLUMNS if k in seen[-1].detail}
+    detail = seen[-1].detail
+    return cast(Fingerprint, {k: detail[k] for k in FINGERPRINT_COLUMNS if k in detail})
 
 
-# a dict: a trials row's columns
-def _page_cache(rec: EventRecorder, trial: str, arm: str) -> dict[str, Any]:
+def _page_cache(rec: EventRecorder, trial: str, arm: str) -> PageCacheColumns:
     """The page cache the job left before its first event (none seen: not_allowed)."""
     seen = rec.events(trial, arm, Ev.PAGE_CACHE)
     if not seen:
@@ -153,7 +153,6 @@ def _wait_ended(cluster: SlurmCluster, job: SlurmJob, timeout_s: float) -> None:
         raise RunFailed(f"job {job.job_id} did not end within {timeout_s:.0f} s")
 
 
-# a dict: a trials row, for a DataFrame
 def overhead_run_on_slurm(
     plan: Plan,
     ctx: RunContext,
@@ -163,7 +162,7 @@ def overhead_run_on_slurm(
     pair: int,
     arm: str,
     timeout_s: float,
-) -> dict[str, Any]:
+) -> OverheadRow:
     """One whole run as a job; its row (failed with a reason). A job that never starts
     raises JobNeverStarted: the stage ends with Slurm's reason."""
     node = plan.cluster.nodes[0]
@@ -221,7 +220,7 @@ def cold_start_pair_on_slurm(
     repeat: int,
     timeout_s: float,
     page_cache: str,
-) -> list[dict[str, Any]]:
+) -> list[ColdStartRow]:
     """One native start and one restore of the same copy, each a job on the plan's node,
     the page cache as ``page_cache`` asks before each; two rows, failed ones kept. A job
     that never starts raises JobNeverStarted."""
@@ -233,7 +232,7 @@ def cold_start_pair_on_slurm(
     request = copy_dir / "dump-request"
     includes = COLD_START_INCLUDES
     native = cold_start_row(plan, trial, UNMANAGED, repeat, node, includes[UNMANAGED])
-    restore: dict[str, Any] | None = None
+    restore: ColdStartRow | None = None
     regex = progress_regex(plan)
     port = copy_port(plan)  # the restored copy listens on it again
     ready_probe = workload_ready_probe(plan, copy_dir, port)
