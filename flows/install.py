@@ -20,6 +20,7 @@ from flows.results import InstallRun, UninstallRun
 from tasks.data.errors import CkptPocError
 from tasks.data.plan import Plan
 from tasks.data.runctx import RunContext, open_run
+from tasks.exit.install_result import OptInRecord
 from tasks.poc.progress import GateRefused, refusal_before
 
 
@@ -68,9 +69,8 @@ def install(plan_path: str, wait_for_nodes: bool = True) -> InstallRun:
     return InstallRun(plan.poc, ctx.run_id, done)
 
 
-# a dict: the opt-in record tasks.exit.install.opt_in writes (opt-in/<workload>.json) as is
 @flow(name="opt_in", flow_run_name=run_name("opt_in"))
-def opt_in(plan_path: str, workload: str | None = None) -> dict[str, Any]:
+def opt_in(plan_path: str, workload: str | None = None) -> OptInRecord:
     """Mark the plan's workload as managed (who, what and when as events)."""
     from tasks.exit import install as inst
 

@@ -15,7 +15,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import pandas as pd
@@ -390,7 +390,16 @@ class _Reading:
     relative_to: tuple[dt.date, str] | None = None  # the day sacct ran, and how it is known
 
 
-def _store_args(ctx: RunContext) -> dict[str, Any]:  # a dict: write_dataset's kwargs
+class _StoreArgs(TypedDict):
+    """write_dataset's and stage_dataset's keyword arguments: where and under which run."""
+
+    data_dir: Path
+    poc: str
+    run_id: str
+    metadata: dict[str, str]
+
+
+def _store_args(ctx: RunContext) -> _StoreArgs:
     """Where and under which run this stage writes its datasets."""
     return {
         "data_dir": ctx.data_dir,

@@ -13,12 +13,14 @@ version is declared (``RenamedValue``) and mapped when older files are read
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
 from tasks.data.errors import DatasetError
+
+# What pandas takes as a column's dtype (its dtype= and astype): an extension dtype or a name.
+PandasDtype = pd.api.extensions.ExtensionDtype | str
 
 DATASET_KEY = "ckpt_poc.dataset"
 VERSION_KEY = "ckpt_poc.schema_version"  # a file without it: version 1
@@ -119,12 +121,12 @@ class DatasetSpec:
         return pa.schema(fields, metadata=meta)
 
     @property
-    def pandas_dtypes(self) -> dict[str, Any]:  # a dict: column → dtype, pandas' dtype=
+    def pandas_dtypes(self) -> dict[str, PandasDtype]:
         """The dtypes every reader normalises to (pandas and Dask alike)."""
         return {c.name: _pandas_dtype(c.type) for c in self.columns}
 
 
-def _pandas_dtype(t: pa.DataType) -> Any:
+def _pandas_dtype(t: pa.DataType) -> PandasDtype:
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return pd.StringDtype("pyarrow")
     if pa.types.is_integer(t):

@@ -131,16 +131,17 @@ class PlanDates:
         form = self.forms.get("window.start", "")
         return is_relative(form) and self.dates.get("window.start") == self.anchor
 
-    # a dict: a commit record's JSON, keyed by the plan's date fields
-    def record(self) -> dict[str, Any]:
-        """What a run's commit record carries: the dates its rows were judged under."""
+    def record(self) -> dict[str, str | dict[str, str]]:
+        """What a run's commit record carries: the dates its rows were judged under, keyed
+        by the plan's date fields (ISO days), beside the anchor and the forms as written."""
         return {
             "anchor": self.anchor.isoformat(),
             **{name: day.isoformat() for name, day in self.dates.items()},
             "forms": dict(self.forms),
         }
 
-    def to_json(self) -> dict[str, Any]:  # a dict: the dates file's JSON document
+    def to_json(self) -> dict[str, str | dict[str, str] | None]:
+        """The dates file's document: the record and when the anchor was fixed."""
         return {**self.record(), "fixed_at": self.fixed_at}
 
 

@@ -13,7 +13,7 @@ key.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from tasks.data.fingerprint import Fingerprint
 
@@ -254,3 +254,20 @@ class ReportRow(TypedDict):
 
 class JudgedRow(ReportRow, ReportCriterion):
     """A weekly report row with the plan criterion it answers beside it."""
+
+
+# --- events ------------------------------------------------------------------------------------
+
+
+class EventLine(TypedDict):
+    """A line of a run's events.jsonl, as the recorder writes it (tasks/engine/clock.py): the
+    `events` row it becomes once stamped, its wall clock ISO text and its detail a mapping
+    until the dataset is written."""
+
+    trial_id: str
+    arm: str
+    event: str
+    t_wall: str
+    t_mono_ns: int
+    host: str
+    detail: dict[str, Any]

@@ -32,6 +32,7 @@ from tasks.engine.paths import run_folder
 if TYPE_CHECKING:  # pandas and the datasets load only where events are written: a Slurm
     import pandas as pd  # job's wrapper records events without them, and starts faster
 
+    from tasks.data.row_types import EventLine
     from tasks.data.runctx import RunContext
 
 JOURNAL = "events.jsonl"
@@ -418,7 +419,7 @@ def _flat_detail(detail: Any) -> str | None:
     return "{" + ", ".join(items) + "}"
 
 
-def _event_fields(ev: Event) -> dict[str, Any]:  # a dict: an events.jsonl line's JSON
+def _event_fields(ev: Event) -> EventLine:
     # Fields by hand, not asdict(): that deep-copies ``detail``.
     return {
         "trial_id": ev.trial_id,

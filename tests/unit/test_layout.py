@@ -593,3 +593,41 @@ def test_the_arms_are_named_through_tasks_data_arms(tmp_path: Path) -> None:
     planted = tmp_path / "planted.py"
     planted.write_text('ARM = "managed"\n')
     assert _arms_spelled([planted]) == [f"{planted}:1 'managed'"]  # the check can fail
+
+
+# What may cross a layer as a bare ``dict[str, Any]``: a JSON document (read, printed or sent),
+# a job spec, a template's context, a JSON form itself. Everything else has a type.
+DICT_RETURNS_AT_MOST = 40
+
+
+def _dict_returns(path: Path) -> list[tuple[int, bool]]:
+    """Each function returning ``dict[str, Any]`` (or None): its line, and whether a
+    ``# a dict: why`` comment stands on its def or just above it."""
+    source = path.read_text()
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or node.returns is None:
+            continue
+        if ast.unparse(node.returns) not in ("dict[str, Any]", "dict[str, Any] | None"):
+            continue
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        around = lines[max(first - 3, 0) : node.body[0].lineno - 1]
+        found.append((node.lineno, any("# a dict:" in line for line in around)))
+    return found
+
+
+def test_a_dict_crosses_a_layer_only_where_it_is_the_honest_type(tmp_path: Path) -> None:
+    returns = {
+        f"{path.relative_to(REPO)}:{line}": said
+        for path in _project_files()
+        for line, said in _dict_returns(path)
+    }
+    unsaid = sorted(where for where, said in returns.items() if not said)
+    assert not unsaid, f"say why a dict is the honest type (# a dict: …): {unsaid}"
+    assert len(returns) <= DICT_RETURNS_AT_MOST, (
+        f"{len(returns)} functions return dict[str, Any]; type what crosses a layer"
+    )
+    planted = tmp_path / "planted.py"
+    planted.write_text("def f() -> dict[str, Any]:\n    return {}\n")
+    assert _dict_returns(planted) == [(1, False)]  # the check can fail

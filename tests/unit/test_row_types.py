@@ -16,6 +16,7 @@ from tasks.data import row_types
 from tasks.data.datasets import (
     DATASETS,
     DUMP_PHASES,
+    EVENTS,
     IMAGES_PLACE,
     REPORTS,
     SAMPLE_GAPS,
@@ -62,6 +63,7 @@ DATASETS_OF: dict[str, tuple[DatasetSpec, ...]] = {
     "GapRow": (SAMPLE_GAPS,),
     "ReportRow": (REPORTS,),
     "JudgedRow": (REPORTS,),
+    "EventLine": (EVENTS,),
 }
 NOT_COLUMN_KEYS = {key for group in row_types.NOT_COLUMNS for key in group.__annotations__}
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from typing import Any
+from typing import Any, TypedDict
 
 import psutil
 
@@ -200,11 +200,19 @@ def _top(info: ProcessInfo, procs: ProcessTable) -> ProcessInfo:
     return top
 
 
-# a dict: merged into an item's JSON value
-def process_facts(pid: int, procs: ProcessTable, obs: Observation) -> dict[str, Any]:
+class ProcessFacts(TypedDict, total=False):
+    """What the exit diff attributes a process by, merged into its item's JSON value: its
+    executable's name, its PoC markers (if any), whether its executable was deleted."""
+
+    exe: str
+    poc: list[str]
+    exe_deleted: bool
+
+
+def process_facts(pid: int, procs: ProcessTable, obs: Observation) -> ProcessFacts:
     """What the exit diff attributes a process by: exe, PoC markers, deleted exe."""
     info = procs[pid]
-    facts: dict[str, Any] = {"exe": _name(info)}
+    facts: ProcessFacts = {"exe": _name(info)}
     markers = poc_markers(pid, procs, obs)
     if markers:
         facts["poc"] = markers

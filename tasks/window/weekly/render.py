@@ -108,10 +108,14 @@ _SOURCE_ONLY = {
 _UNITS = (("_s", "s"), ("_h", "h"), ("_pct", "%"), ("_bytes", "bytes"))
 
 
-# a dict: keyed by the inputs' dotted paths
-def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+# A value of parsed JSON that is not an object: what an inputs cell shows.
+JsonLeaf = str | int | float | bool | list[Any] | None
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, JsonLeaf]:
+    """The JSON object's leaves, keyed by their dotted paths."""
     if isinstance(value, Mapping):
-        out: dict[str, Any] = {}
+        out: dict[str, JsonLeaf] = {}
         for k, v in value.items():
             out.update(_flat(v, f"{prefix}{k}."))
         return out
