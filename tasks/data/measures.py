@@ -71,7 +71,9 @@ class Measure:
     ``trials``: the trials.measure it pools; ``column``: the column it summarises;
     ``also_reads``: further datasets whose files its lineage lists; ``statistic``: the one it
     always takes (a criterion's statistic is the plan's); ``decided_as``: its name in
-    `decision.criteria` when no `success:` criterion judges it."""
+    `decision.criteria` when no `success:` criterion judges it; ``per_week``: a row of the
+    week alone (the record's figure and lineage), where the others pool the segment's
+    weeks."""
 
     name: str
     title: str
@@ -87,6 +89,7 @@ class Measure:
     decided_as: str | None = None
     evidence: Evidence | None = None
     gates: tuple[Gate, ...] = ()
+    per_week: bool = False
 
     @property
     def at_most(self) -> bool:
@@ -247,6 +250,7 @@ GOODPUT = Measure(
     _MEASURES_MODULE,
     dataset="utilization",
     gates=(UTILIZATION_GATE,),
+    per_week=True,
 )
 # Its rows are utilization's, yet the record has always listed the trials behind it in its
 # weeks and lineage (the default source): kept so that the record reads as before.
@@ -266,6 +270,7 @@ BUSY_FRACTION = Measure(
     dataset="utilization",
     column="busy_fraction",
     gates=(UTILIZATION_GATE,),
+    per_week=True,
 )
 CHECKPOINT_INTERVAL_S = Measure(
     "checkpoint_interval_s",

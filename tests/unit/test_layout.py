@@ -445,11 +445,6 @@ MEASURE_NAMES_ELSEWHERE: dict[str, frozenset[str]] = {
     "tasks/window/weekly/stage.py": frozenset({"goodput"}),
     "tasks/window/weekly/plots.py": frozenset({"goodput"}),
     "tasks/poc/record/sections.py": frozenset({"goodput"}),
-    # The record's assembly still names these measures (the cold-start clocks after the
-    # speed-up, the per-week rows, the exit row's runs): to read the registry when it changes.
-    "tasks/poc/record/build.py": frozenset(
-        {"cold_start_speedup", "exit_leftovers", "goodput", "utilization"}
-    ),
 }
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from tasks.data.arms import MANAGED
 from tasks.data.jsonform import JsonForm
+from tasks.data.measures import COLD_START_SPEEDUP, EXIT_LEFTOVERS, MEASURES
 from tasks.data.plan import Plan
 from tasks.data.render import records, write_atomically
 from tasks.data.runctx import RunContext
@@ -78,16 +79,17 @@ def _shown_rows(
     recs = records(rows)
     clocks = records(cold_start_rows(week_trials(frames, seg_weeks), week, segment, n_resamples))
     at = next(
-        (i + 1 for i, r in enumerate(recs) if r["measure"] == "cold_start_speedup"), len(recs)
+        (i + 1 for i, r in enumerate(recs) if r["measure"] == COLD_START_SPEEDUP.name), len(recs)
     )
     recs[at:at] = clocks
     for r in recs:
         # Goodput and busy fraction per arm are the week's own; the rest pool the segment.
-        per_week = r["measure"] in ("goodput", "utilization")
+        measure = MEASURES.get(r["measure"])
+        per_week = measure is not None and measure.per_week
         src = source_rows(r["measure"], r["arm"], frames, [week] if per_week else seg_weeks)
         r["weeks"] = weeks_of(src)
         r["run_ids"] = distinct(src["run_id"]) if "run_id" in src.columns else []
-        if r["measure"] == "exit_leftovers":
+        if r["measure"] == EXIT_LEFTOVERS.name:
             r["run_ids"] = distinct(frames["exit_verdicts"]["run_id"])
         if r["measure"] == RESTORES and r.get("inputs"):
             # The judged version's restores, from trials and compatibility runs alike.
@@ -122,7 +124,7 @@ def gather(
     by_key = {(r["measure"], r["arm"]): r for r in recs}
     judged = {
         m: row
-        for m in (*VERDICT_MEASURES, "exit_leftovers")
+        for m in (*VERDICT_MEASURES, EXIT_LEFTOVERS.name)
         if (row := by_key.get((m, MANAGED)) or by_key.get((m, "both"))) is not None
     }
     verdicts = {
