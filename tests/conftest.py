@@ -152,12 +152,6 @@ def _alone_or_beside(request: pytest.FixtureRequest) -> Iterator[None]:
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
-        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 @pytest.fixture
