@@ -35,8 +35,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
-
 from tasks.data.datasets import CYCLE_MOMENTS
 from tasks.engine.checkpointers.criu import Checkpoint, CriuCheckpointer, CriuError
 from tasks.engine.clusters.process import MachineSlots, WorkloadProcess
@@ -94,11 +92,16 @@ def tree_of(proc: WorkloadProcess) -> list[int]:
 
 
 def _wchar(pids: list[int]) -> int:
-    """Bytes the processes have written so far (/proc/PID/io wchar, through psutil)."""
+    """Bytes the processes have written so far (/proc/PID/io wchar). Read from /proc, not
+    psutil: polled every POLL_S (0.5 ms), where psutil costs 2.3x the CPU (127 vs 54 µs for
+    4 pids) and its open_files 2.8x (763 vs 271 µs, longer than the poll itself)."""
     total = 0
     for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            total += psutil.Process(pid).io_counters().write_chars
+        with (
+            contextlib.suppress(OSError, ValueError, StopIteration),
+            open(f"/proc/{pid}/io", encoding="ascii") as fh,
+        ):
+            total += next(int(ln.split()[1]) for ln in fh if ln.startswith("wchar:"))
     return total
 
 
@@ -112,13 +115,24 @@ def open_for_write(pids: list[int], folder: Path, name: str) -> Path | None:
     like = _names_like(name)
     for pid in pids:
         try:
-            files = psutil.Process(pid).open_files()  # regular files, with their open flags
-        except psutil.Error:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
             continue
-        for held in files:
-            target = Path(held.path)
-            if target.parent == folder and like(target.name) and held.flags & 0o3:
-                return target  # O_WRONLY or O_RDWR
+        for fd in fds:
+            try:
+                target = Path(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                continue
+            if target.parent != folder or not like(target.name):
+                continue
+            flags = 0
+            with (
+                contextlib.suppress(OSError, ValueError, StopIteration),
+                open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as fh,
+            ):
+                flags = next(int(ln.split()[1], 8) for ln in fh if ln.startswith("flags:"))
+            if flags & 0o3:  # O_WRONLY or O_RDWR
+                return target
     return None
 
 
@@ -162,7 +176,7 @@ def wait_pids_gone(pids: list[int], timeout: float = PIDS_GONE_S) -> list[int]:
     deadline = time.monotonic() + timeout
     left = list(pids)
     while left and time.monotonic() < deadline:
-        left = [p for p in left if psutil.pid_exists(p)]
+        left = [p for p in left if os.path.exists(f"/proc/{p}")]
         if left:
             time.sleep(0.005)
     return left
