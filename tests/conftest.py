@@ -124,8 +124,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 # Set by scripts/test when it runs two pytest processes side by side (tests/integration's
-# services and the rest): the folder of the lock files they share.
-SIDE_BY_SIDE_LOCKS = "CKPT_POC_TEST_LOCKS"
+# services and the rest): the folder of the lock files they share. Taken out of the
+# environment here, so that a test session a test starts (the watchdog's) holds no lock: it
+# would wait behind an `alone` test of the other process, which waits for its own test.
+SIDE_BY_SIDE_LOCKS = os.environ.pop("CKPT_POC_TEST_LOCKS", None)
 
 
 @pytest.fixture(autouse=True)
@@ -134,7 +136,7 @@ def _alone_or_beside(request: pytest.FixtureRequest) -> Iterator[None]:
     other beside it. A readers-writer lock on a file the runs share: each test holds it
     shared, an ``alone`` test exclusively, and takes the turnstile first so that the other
     run's next test waits behind it rather than starving it."""
-    folder = os.environ.get(SIDE_BY_SIDE_LOCKS)
+    folder = SIDE_BY_SIDE_LOCKS
     if not folder:
         yield
         return
