@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.parquet as pq
+import pytest
 
 from tasks.data.datasets import SAMPLE_GAPS, SAMPLES
 from tasks.data.plan import load_plan
@@ -37,6 +38,8 @@ def _plan(write_plan, **overrides):
     return load_plan(path), path
 
 
+# alone: the sampler attributes every copy on the machine by its environment, another test's too
+@pytest.mark.alone
 def test_procfs_rows_attribute_the_copies_and_keep_the_rest(write_plan, tmp_path) -> None:
     plan, path = _plan(write_plan)
     cluster = LocalCluster(
