@@ -18,9 +18,9 @@ from rich.text import Text
 from cli.common import JsonOpt, PlanArg, command_body, err, out, write_json
 from cli.install import run_uninstall
 from cli.status import print_state
+from flows.results import ExitVerdict
 from tasks.baseline.accounting import KEY_ENV
 from tasks.data.errors import CkptPocError
-from tasks.data.jsonform import JsonForm
 from tasks.data.settings import settings
 from tasks.poc.stages import STAGE_NAMES
 
@@ -161,13 +161,10 @@ class DemoSummary:
 
 
 @dataclass(frozen=True, slots=True)
-class CommittedExit(JsonForm):
+class CommittedExit(ExitVerdict):
     """The exit verdict the committed data holds: 'clean' when every node's newest exit diff
     is, its items (the exit_diff rows of those runs), when and by which runs."""
 
-    verdict: str  # clean | leftovers
-    leftovers: list[dict[str, Any]]  # a dict an item: an exit_diff row as read
-    node_own: list[dict[str, Any]]
     diffed_at: str
     runs: tuple[str, ...]
 

@@ -26,14 +26,19 @@ class Generated:
     regenerate: str
     text: Callable[[str | None], str]
 
-    def out_of_date(self, path: Path) -> str | None:
-        """Why ``path`` is not what the code gives today (None: it is)."""
+    def _read(self, path: Path) -> tuple[str | None, str]:
+        """What ``path`` holds (None: no file) and what it should hold; ValueError when the
+        file cannot be written from what it holds (a page without its marker)."""
         try:
             written: str | None = path.read_text(encoding="utf-8")
         except FileNotFoundError:
             written = None
+        return written, self.text(written)
+
+    def out_of_date(self, path: Path) -> str | None:
+        """Why ``path`` is not what the code gives today (None: it is)."""
         try:
-            wanted = self.text(written)
+            written, wanted = self._read(path)
         except ValueError as exc:
             return f"{path}: {exc}"
         if written is None:
@@ -45,11 +50,7 @@ class Generated:
     def write(self, path: Path) -> str | None:
         """Write the file at ``path``; the problem, if it could not be written."""
         try:
-            current: str | None = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            current = None
-        try:
-            text = self.text(current)
+            _, text = self._read(path)
         except ValueError as exc:
             return f"{path}: {exc}"
         write_atomically(path, text.encode("utf-8"))
